@@ -1,0 +1,35 @@
+# kcal: `make test` on a fresh machine creates .venv, installs kcal[dev] and runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is installed first and on its own: the CPU build is enough for every test and avoids
+# pulling several GB of CUDA wheels. Override, e.g. `make install TORCH_SPEC=torch`, for a GPU build.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+export KCAL_DATA_DIR ?= $(abspath ../shared/datasets)
+
+.PHONY: install test lint data clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
+
+data: install
+	$(PY) -m kcal.data
+
+clean-venv:
+	rm -rf $(VENV)

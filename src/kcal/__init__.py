@@ -1,0 +1,3 @@
+"""kcal: calibration by distribution matching (trainable kernel calibration metrics)."""
+
+__version__ = "0.1.0"
