@@ -1,0 +1,58 @@
+"""``python -m kcal.data``: list every dataset with its shapes and where its files were found.
+
+``--check`` exits 1 when any dataset is unavailable; ``--download`` fetches missing files first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kcal.data.dataset import _parsed
+from kcal.data.registry import dataset_names, get_spec
+from kcal.data.sources import ChecksumError, DatasetUnavailableError, mirror_dir
+
+
+def rows(download: bool = False) -> list[dict]:
+    out = []
+    for name in dataset_names():
+        spec = get_spec(name)
+        row = {"name": name, "task": spec.task, "n raw": "-", "n used": "-", "d": spec.d,
+               "m": spec.m if spec.m else "-", "found": "", "checksum": ""}  # fmt: skip
+        try:
+            x, y, n_raw, sources = _parsed(name, download=download)
+            origins = sorted({s.split(":", 1)[0] for s in sources.values()})
+            row.update({"n raw": n_raw, "n used": len(y), "d": x.shape[1], "found": "+".join(origins),
+                        "checksum": "ok"})  # fmt: skip
+        except DatasetUnavailableError:
+            row["found"], row["checksum"] = "not available offline", "-"
+        except ChecksumError as exc:
+            row["found"], row["checksum"] = "found", f"MISMATCH: {exc}"
+        out.append(row)
+    return out
+
+
+def format_table(table: list[dict]) -> str:
+    cols = list(table[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in table)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols), "  ".join("-" * widths[c] for c in cols)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in table]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kcal.data", description=__doc__)
+    ap.add_argument("--check", action="store_true", help="exit 1 if any dataset is unavailable")
+    ap.add_argument("--download", action="store_true", help="download missing files into the cache")
+    args = ap.parse_args(argv)
+    table = rows(download=args.download)
+    print(f"mirror (KCAL_DATA_DIR): {mirror_dir() or 'not set'}")
+    print(format_table(table))
+    bad = [r["name"] for r in table if r["checksum"] != "ok"]
+    if bad:
+        print(f"\nunavailable or failing checksum: {', '.join(bad)}", file=sys.stderr)
+    return 1 if (args.check and bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

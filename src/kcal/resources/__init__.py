@@ -1,0 +1,1 @@
+"""Package data: dataset checksums and the paper's published numbers."""

@@ -1,0 +1,21 @@
+"""Test-wide settings: never touch the network, keep caches out of the project tree."""
+
+import os
+
+import pytest
+import torch
+
+os.environ["KCAL_OFFLINE"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """A session cache dir, so tests neither depend on nor pollute ``data/``."""
+    old = os.environ.get("KCAL_CACHE_DIR")
+    os.environ["KCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("kcal-cache"))
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    yield
+    if old is None:
+        os.environ.pop("KCAL_CACHE_DIR", None)
+    else:
+        os.environ["KCAL_CACHE_DIR"] = old

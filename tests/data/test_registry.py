@@ -1,0 +1,50 @@
+import json
+
+import pytest
+
+from kcal.data import UnknownDatasetError, dataset_names, get_spec, load
+from kcal.data.registry import PAPER_CLASSIFICATION, PAPER_REGRESSION
+
+PAPER_SHAPES = {
+    "crime": (102, None), "blog": (280, None), "medical-expenditure": (107, None),
+    "superconductivity": (81, None), "fb-comment": (53, None), "breast-cancer": (30, 2),
+    "heart-disease": (23, 5), "online-shoppers": (28, 2), "dry-bean": (16, 7), "adult": (104, 2),
+}  # fmt: skip
+
+
+def test_registry_lists_the_papers_ten_datasets_with_their_shapes():
+    names = dataset_names()
+    assert names[:10] == list(PAPER_REGRESSION + PAPER_CLASSIFICATION)
+    for name, (d, m) in PAPER_SHAPES.items():
+        spec = get_spec(name)
+        assert (spec.d, spec.m) == (d, m)
+        assert spec.task == ("classification" if m else "regression")
+        for raw in spec.files:
+            assert any(f.sha256 or f.git_blob for f in raw.forms), f"{name}/{raw.name} has no checksum"
+
+
+def test_checksums_match_the_mirror_manifest():
+    from pathlib import Path
+
+    manifest = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "manifest.json"
+    if not manifest.is_file():
+        pytest.skip("shared/datasets/manifest.json not beside the checkout")
+    by_path = {f["path"].split("/", 1)[1]: f["sha256"] for e in json.loads(manifest.read_text()) for f in e["files"]}
+    for name in dataset_names():
+        for raw in get_spec(name).files:
+            for form in raw.forms:
+                key = f"{name}/{form.name}"
+                if key in by_path:
+                    assert form.sha256 == by_path[key], key
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(UnknownDatasetError) as err:
+        load("crimes")
+    msg = str(err.value)
+    assert "crimes" in msg and all(n in msg for n in PAPER_REGRESSION + PAPER_CLASSIFICATION)
+
+
+def test_unknown_protocol_is_rejected():
+    with pytest.raises(ValueError, match="official, clean"):
+        load("crime", protocol="leaky")
