@@ -1,0 +1,83 @@
+"""Tests for kcal.recalibration.temperature (classification temperature scaling)."""
+
+import pytest
+import torch
+
+from kcal.recalibration import IdentityClassRecalibrator, TemperatureScaler, make_class_recalibrator
+
+
+def _synthetic(t_true, n=5000, m=10, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    z = scale * torch.randn(n, m, generator=g)
+    labels = torch.multinomial(torch.softmax(z / t_true, dim=-1), 1, generator=g).squeeze(-1)
+    return z, labels
+
+
+@pytest.mark.parametrize("t_true", [2.5, 0.6])
+def test_recovers_known_temperature(t_true):
+    z, labels = _synthetic(t_true)
+    ts = TemperatureScaler().fit(z, labels)
+    assert ts.temperature == pytest.approx(t_true, rel=0.05)
+    assert ts.final_loss_ < ts.initial_loss_
+    p = ts.transform(z)
+    assert p.dtype == z.dtype
+    torch.testing.assert_close(p.sum(-1), torch.ones(len(z)))
+    torch.testing.assert_close(p, torch.softmax(z / ts.temperature, dim=-1))
+    # accuracy (argmax) unchanged
+    assert torch.equal(p.argmax(-1), z.argmax(-1))
+
+
+def test_works_inside_inference_mode():
+    z, labels = _synthetic(2.5, seed=1)
+    ref = TemperatureScaler().fit(z, labels).temperature
+    with torch.inference_mode():
+        zi, li = z.clone(), labels.clone()  # inference tensors, as in a Lightning test hook
+        assert zi.is_inference()
+        ts = TemperatureScaler().fit(zi, li)
+        p = ts.transform(zi)
+    assert ts.temperature == pytest.approx(ref, rel=1e-6)
+    assert ts.temperature == pytest.approx(2.5, rel=0.05)
+    assert torch.equal(p.argmax(-1), z.argmax(-1))
+    # also under no_grad
+    with torch.no_grad():
+        assert TemperatureScaler().fit(z, labels).temperature == pytest.approx(ref, rel=1e-6)
+
+
+def test_fit_from_probs_official_flavour():
+    z, labels = _synthetic(0.6, seed=2)
+    probs = torch.softmax(z, dim=-1)
+    ts = TemperatureScaler().fit_from_probs(probs, labels)
+    # log-softmax differs from z by a per-row constant, so T is the same as fitting on z
+    assert ts.temperature == pytest.approx(TemperatureScaler().fit(z, labels).temperature, rel=1e-3)
+    out = ts.transform_probs(probs)
+    torch.testing.assert_close(out, torch.softmax(torch.log(probs + 1e-10) / ts.temperature, dim=-1))
+    assert torch.equal(out.argmax(-1), probs.argmax(-1))
+
+
+def test_identity_and_factory():
+    z, labels = _synthetic(2.5, seed=3, n=200)
+    ident = make_class_recalibrator("none").fit(z, labels)
+    assert isinstance(ident, IdentityClassRecalibrator)
+    assert ident.temperature == 1.0
+    torch.testing.assert_close(ident.transform(z), torch.softmax(z, dim=-1))
+    probs = torch.softmax(z, dim=-1)
+    assert ident.transform_probs(probs) is probs
+    assert isinstance(make_class_recalibrator("temperature"), TemperatureScaler)
+    with pytest.raises(ValueError) as exc:
+        make_class_recalibrator("vector_scaling")
+    assert "temperature" in str(exc.value) and "none" in str(exc.value)
+
+
+def test_input_validation_and_degenerate_fit():
+    ts = TemperatureScaler()
+    with pytest.raises(ValueError):
+        ts.fit(torch.randn(10), torch.zeros(10, dtype=torch.long))
+    with pytest.raises(ValueError):
+        ts.fit(torch.randn(10, 3), torch.zeros(9, dtype=torch.long))
+    # perfectly separable logits: CE keeps falling as T -> 0; the result stays finite and in range
+    z = torch.tensor([[5.0, 0.0], [0.0, 5.0]]).repeat(50, 1)
+    labels = torch.tensor([0, 1]).repeat(50)
+    with pytest.warns(UserWarning):
+        ts = TemperatureScaler(max_iter=100, min_temperature=0.5).fit(z, labels)
+    assert ts.temperature == pytest.approx(0.5)
+    assert torch.isfinite(ts.transform(z)).all()
