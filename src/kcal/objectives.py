@@ -1,0 +1,104 @@
+"""Training objectives: ``loss = base + weight * regulariser``.
+
+``base`` is the Gaussian negative log-likelihood (regression) or cross-entropy (classification),
+averaged over the batch (the authors' HEAD; ``reduction="sum"`` gives the paper's summed NLL, which
+rescales the effective weight by the batch size). The regulariser is one of
+
+* ``mmd``  — :func:`kcal.mmd.regression_mmd` / :func:`kcal.mmd.classification_mmd` (this paper);
+* ``mmce`` — :func:`kcal.baselines.mmce` (Kumar et al. 2018), classification only;
+* ``kde``  — :func:`kcal.baselines.ece_kde` (Popordanoska et al. 2022), classification only.
+
+The objective is a plain function of (network outputs, batch): it holds no training state, so the
+same code serves a single model, a vmapped stack of seeds, or a practitioner's own loop.
+
+``nll`` and ``nll_mmd`` are defined for both tasks (``task="any"``): the negative log-likelihood of a
+categorical forecast is the cross-entropy, and the MMD keeps only the parameters that the task's
+estimator takes (e.g. ``num_samples`` is dropped for classification, where the forecast is
+marginalised analytically).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+REGULARIZERS = {"regression": (None, "mmd"), "classification": (None, "mmd", "mmce", "kde")}
+TASKS = ("regression", "classification")
+LOG_2PI = math.log(2 * math.pi)
+
+
+def gaussian_nll(mean: torch.Tensor, std: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """``-log N(y; mean, std^2) = log std + (y - mean)^2 / (2 std^2) + log(2 pi) / 2``, mean or sum."""
+    nll = torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI
+    return nll.mean() if reduction == "mean" else nll.sum()
+
+
+@dataclass
+class Objective:
+    name: str
+    task: str
+    regularizer: str | None = None
+    weight: float = 0.0
+    params: dict = field(default_factory=dict)
+    reduction: str = "mean"
+
+    def __post_init__(self):
+        valid = REGULARIZERS.get(self.task)
+        if valid is None:
+            raise ValueError(f"unknown task {self.task!r}; valid: {', '.join(TASKS)} (resolve 'any' first)")
+        if self.regularizer not in valid:
+            raise ValueError(
+                f"objective {self.name!r}: regulariser {self.regularizer!r} is not available for {self.task}; "
+                f"valid: {', '.join(str(v) for v in valid)}"
+            )
+        if self.weight < 0 or not math.isfinite(self.weight):
+            raise ValueError(f"objective {self.name!r}: weight must be a finite number >= 0, got {self.weight}")
+        if self.reduction not in ("mean", "sum"):
+            raise ValueError(f"objective reduction must be 'mean' or 'sum', got {self.reduction!r}")
+        self.params = dict(self.params)
+        for key, value in self.params.items():
+            if "bandwidth" in key and isinstance(value, int | float) and value <= 0:
+                raise ValueError(f"objective {self.name!r}: {key} must be > 0, got {value}")
+
+    def base(self, outputs, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "regression":
+            mean, std = outputs
+            return gaussian_nll(mean, std, y, self.reduction)
+        return F.cross_entropy(outputs, y, reduction=self.reduction)
+
+    def regularization(self, outputs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "regression":
+            from kcal.mmd import regression_mmd
+
+            mean, std = outputs
+            return regression_mmd(mean, std, y, x, **self.params)
+        probs = torch.softmax(outputs, dim=-1)
+        if self.regularizer == "mmd":
+            from kcal.mmd import classification_mmd
+
+            return classification_mmd(probs, y, x, **_accepted(classification_mmd, self.params))
+        if self.regularizer == "mmce":
+            from kcal.baselines import mmce
+
+            return mmce(probs, y, **self.params)
+        from kcal.baselines import ece_kde
+
+        return ece_kde(probs, y, **self.params)
+
+    def __call__(self, outputs, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return ``(loss, base, regulariser)``; the regulariser is 0 when there is none."""
+        base = self.base(outputs, y)
+        if self.regularizer is None or self.weight == 0:
+            return base, base, torch.zeros((), device=base.device, dtype=base.dtype)
+        reg = self.regularization(outputs, x, y)
+        return base + self.weight * reg, base, reg
+
+
+def _accepted(fn, params: dict) -> dict:
+    """The subset of ``params`` that ``fn`` takes as keyword arguments."""
+    names = inspect.signature(fn).parameters
+    return {k: v for k, v in params.items() if k in names}

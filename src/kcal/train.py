@@ -1,0 +1,207 @@
+"""Train one model from one Hydra command and write its results.
+
+    python -m kcal.train dataset=crime objective=nll_mmd recalibrator=isotonic seed=3
+    python -m kcal.train -m dataset=crime,adult objective=nll,xe_mmd seed=0,1
+
+Writes into the Hydra run directory: ``config.yaml`` (resolved), ``metrics.json`` (deterministic:
+same config and seed give the same file on CPU), ``run.json`` (timings, paths, versions),
+``checkpoints/best.ckpt`` and ``csv/metrics.csv`` (per-epoch log).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from kcal.data import load
+from kcal.data.dataset import DatasetSplits, Split
+from kcal.evaluation import (
+    RECALIBRATORS,
+    evaluate_classification,
+    evaluate_regression,
+    median_sq_distance,
+    resolve_recalibrator,
+)
+from kcal.models import build_model
+from kcal.module import CalibrationModule, TensorDataModule
+from kcal.objectives import Objective
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value, reported before any training starts."""
+
+
+def objective_names(task: str | None = None) -> list[str]:
+    names = []
+    for path in sorted(Path(CONFIG_DIR, "objective").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        if task is None or cfg.get("task") in (task, "any"):
+            names.append(path.stem)
+    return names
+
+
+def subsample(data: DatasetSplits, max_train_rows: int | None) -> DatasetSplits:
+    """Keep the first ``max_train_rows`` training rows (the split is already random)."""
+    if not max_train_rows or max_train_rows >= len(data.train):
+        return data
+    return replace(data, train=Split(data.train.x[:max_train_rows], data.train.y[:max_train_rows]))
+
+
+def validate(cfg: DictConfig, data: DatasetSplits) -> None:
+    """Reject invalid values with a message naming the key, before training."""
+    task, t = data.info.task, cfg.trainer
+    if cfg.objective.task not in (task, "any"):
+        raise ConfigError(
+            f"objective={cfg.objective.name} is for {cfg.objective.task} but dataset={data.info.name} is "
+            f"{task}; choose one of: {', '.join(objective_names(task))}"
+        )
+    if cfg.recalibrator.name not in RECALIBRATORS[task]:
+        raise ConfigError(f"recalibrator={cfg.recalibrator.name} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}")
+    n_train = len(data.train)
+    checks = [
+        (t.batch_size >= 2, f"trainer.batch_size must be >= 2 (BatchNorm and the MMD U-statistic need pairs), got {t.batch_size}"),
+        (t.batch_size <= n_train, f"trainer.batch_size={t.batch_size} is larger than the training split ({n_train} rows of {data.info.name}); lower it"),
+        (t.eval_batch_size >= 2, f"trainer.eval_batch_size must be >= 2, got {t.eval_batch_size}"),
+        (t.lr > 0 and math.isfinite(t.lr), f"trainer.lr must be > 0, got {t.lr}"),
+        (t.weight_decay >= 0, f"trainer.weight_decay must be >= 0, got {t.weight_decay}"),
+        (t.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {t.max_epochs}"),
+        (t.min_epochs >= 0, f"trainer.min_epochs must be >= 0, got {t.min_epochs}"),
+        (t.patience >= 1, f"trainer.patience must be >= 1, got {t.patience}"),
+        (t.gradient_clip_val is None or t.gradient_clip_val > 0, f"trainer.gradient_clip_val must be > 0 or null, got {t.gradient_clip_val}"),
+        (all(int(w) >= 1 for w in cfg.model.widths), f"model.widths must all be >= 1, got {list(cfg.model.widths)}"),
+        (cfg.objective.weight >= 0, f"objective.weight must be >= 0, got {cfg.objective.weight}"),
+    ]  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    for key, value in cfg.objective.params.items():
+        if "bandwidth" in key and isinstance(value, int | float) and value <= 0:
+            raise ConfigError(f"objective.params.{key} must be > 0, got {value}")
+        if key == "num_samples" and value < 1:
+            raise ConfigError(f"objective.params.num_samples must be >= 1, got {value}")
+
+
+def decision_threshold(cfg: DictConfig, data: DatasetSplits) -> float:
+    """The decision threshold c in training-target units (paper Sec. 6.2)."""
+    if data.info.task != "regression":
+        return 0.0
+    if cfg.decision_threshold == "median":
+        # official targets are centred on the full-dataset median, so c = 0 exactly
+        return 0.0 if data.info.protocol == "official" else float(data.train.y.median())
+    return float(cfg.decision_threshold)
+
+
+def objective_from_config(cfg: DictConfig, data: DatasetSplits, threshold: float) -> Objective:
+    params = OmegaConf.to_container(cfg.objective.params, resolve=True)
+    for key in ("bandwidth_z", "bandwidth_x"):
+        if params.get(key) == "median":
+            params[key] = median_sq_distance(data.train.x)
+    if params.get("threshold") == "auto":
+        params["threshold"] = threshold
+    for key, value in params.items():
+        if isinstance(value, str) and key in ("bandwidth_z", "bandwidth_x", "bandwidth_y", "threshold"):
+            raise ConfigError(f"objective.params.{key}={value!r} is not a number (nor 'median'/'auto')")
+    return Objective(
+        name=cfg.objective.name, task=data.info.task, regularizer=cfg.objective.regularizer,
+        weight=float(cfg.objective.weight), params=params, reduction=cfg.objective.reduction,
+    )  # fmt: skip
+
+
+def run(cfg: DictConfig, output_dir: str | Path) -> dict:
+    """Train, restore the best checkpoint, evaluate; write outputs; return ``metrics.json``'s dict."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.distributions.Distribution.set_default_validate_args(False)
+    pl.seed_everything(cfg.seed, workers=False, verbose=False)
+    data = subsample(load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows)
+    validate(cfg, data)
+    threshold = decision_threshold(cfg, data)
+    objective = objective_from_config(cfg, data, threshold)
+    OmegaConf.save(cfg, out / "config.yaml", resolve=True)
+    model = build_model(cfg.model.kind, data.info.task, data.info.d, data.info.m, cfg.model.widths,
+                        cfg.model.batchnorm, cfg.model.get("min_std", 0.05))  # fmt: skip
+    module = CalibrationModule(model, objective, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+    datamodule = TensorDataModule(data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed)
+
+    monitor = cfg.trainer.monitor
+    mode = "max" if monitor.endswith("acc") else "min"
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor=monitor, mode=mode,
+                                              save_top_k=1, save_last=False, enable_version_counter=False)  # fmt: skip
+    callbacks = [checkpoint, pl.callbacks.EarlyStopping(monitor=monitor, mode=mode, patience=cfg.trainer.patience)]
+    if cfg.trainer.progress_bar:
+        callbacks.append(pl.callbacks.TQDMProgressBar(refresh_rate=50))
+    trainer = pl.Trainer(
+        accelerator=cfg.trainer.accelerator, devices=1, max_epochs=cfg.trainer.max_epochs,
+        min_epochs=cfg.trainer.min_epochs, gradient_clip_val=cfg.trainer.gradient_clip_val,
+        callbacks=callbacks, logger=pl.loggers.CSVLogger(out, name="csv", version=""),
+        enable_progress_bar=bool(cfg.trainer.progress_bar), enable_model_summary=False,
+        num_sanity_val_steps=0, deterministic=cfg.trainer.deterministic, default_root_dir=out,
+        log_every_n_steps=1,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    train_seconds = time.perf_counter() - t0
+    epochs = len(module.history)
+
+    metrics = {
+        "dataset": cfg.dataset.name, "protocol": cfg.dataset.protocol, "objective": cfg.objective.name,
+        "recalibrator": resolve_recalibrator(cfg.recalibrator.name, data.info.task), "seed": int(cfg.seed),
+        "epochs": epochs,
+    }  # fmt: skip
+    best_path = checkpoint.best_model_path
+    if module.diverged_epoch is not None or not best_path:
+        metrics |= {"status": "diverged", "epoch": module.diverged_epoch if module.diverged_epoch is not None else epochs - 1}
+    else:
+        state = torch.load(best_path, map_location=module.device, weights_only=False)
+        module.load_state_dict(state["state_dict"])
+        best_epoch = int(state["epoch"])
+        device_data = DatasetSplits(data.train.to(module.device), data.val.to(module.device),
+                                    data.test.to(module.device), data.info)  # fmt: skip
+        if data.info.task == "regression":
+            values = evaluate_regression(module.model, device_data, cfg.recalibrator.name, threshold, cfg.seed)
+        else:
+            values = evaluate_classification(module.model, device_data, cfg.recalibrator.name, cfg.objective.name)
+        values |= {f"{k}_best": v for k, v in module.best.items() if k != "val/loss"}
+        values["val/loss_best"] = module.best.get("val/loss", float("nan"))
+        finite = all(math.isfinite(v) for k, v in values.items() if k.startswith(("test/", "val/")))
+        metrics |= {"status": "ok" if finite else "diverged", "best_epoch": best_epoch, **values}
+        if not finite:
+            metrics["epoch"] = best_epoch
+        if not cfg.save_checkpoint:
+            Path(best_path).unlink(missing_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    (out / "run.json").write_text(json.dumps({
+        "train_seconds": train_seconds, "seconds_per_epoch": train_seconds / max(epochs, 1),
+        "device": str(module.device), "torch": torch.__version__, "pytorch_lightning": pl.__version__,
+        "command": " ".join(sys.argv), "data_sources": data.info.sources,
+    }, indent=1) + "\n")  # fmt: skip
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    status = metrics["status"]
+    print(f"status={status} " + " ".join(f"{k}={metrics[k]:.4g}" for k in sorted(metrics) if k.startswith("test/")))
+    return metrics.get("val/nll")
+
+
+if __name__ == "__main__":
+    main()
