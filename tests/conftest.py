@@ -6,6 +6,8 @@ import pytest
 import torch
 
 os.environ["KCAL_OFFLINE"] = "1"
+if os.environ.get("KCAL_DATA_DIR"):  # absolute, so subprocesses with another cwd see the same mirror
+    os.environ["KCAL_DATA_DIR"] = os.path.abspath(os.environ["KCAL_DATA_DIR"])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,55 @@
+import pytest
+import torch
+from torch.distributions import Normal
+
+from kcal.objectives import Objective, gaussian_nll
+
+
+def test_gaussian_nll_is_the_normal_log_density():
+    g = torch.Generator().manual_seed(0)
+    mean, std, y = torch.randn(9, generator=g), torch.rand(9, generator=g) + 0.1, torch.randn(9, generator=g)
+    ref = -Normal(mean, std).log_prob(y)
+    assert torch.allclose(gaussian_nll(mean, std, y), ref.mean())
+    assert torch.allclose(gaussian_nll(mean, std, y, "sum"), ref.sum())
+
+
+def test_loss_is_base_plus_weight_times_regulariser():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 3, generator=g), torch.randn(32, generator=g)
+    mean, std = torch.randn(32, generator=g), torch.rand(32, generator=g) + 0.5
+    obj = Objective("nll_mmd", "regression", "mmd", 2.5,
+                    {"bandwidth_y": 1.0, "bandwidth_z": 5.0, "eps": torch.randn(10, 32, generator=g)})  # fmt: skip
+    loss, base, reg = obj((mean, std), x, y)
+    assert torch.allclose(loss, base + 2.5 * reg)
+    assert torch.allclose(base, gaussian_nll(mean, std, y))
+    assert reg.abs() > 0
+
+
+def test_nll_on_classes_is_cross_entropy_and_mmd_drops_sample_parameters():
+    g = torch.Generator().manual_seed(2)
+    logits, y, x = torch.randn(16, 3, generator=g), torch.randint(0, 3, (16,), generator=g), torch.randn(16, 4, generator=g)
+    obj = Objective("nll_mmd", "classification", "mmd", 1.0,
+                    {"form": "individual", "num_samples": 10, "pairing": "index", "bandwidth_y": 1.0, "bandwidth_z": 4.0})  # fmt: skip
+    loss, base, reg = obj(logits, x, y)
+    assert torch.allclose(base, torch.nn.functional.cross_entropy(logits, y))
+    assert torch.isfinite(reg) and torch.allclose(loss, base + reg)
+
+
+@pytest.mark.parametrize("reg", ["mmce", "kde", "mmd"])
+def test_classification_regularisers_have_gradients(reg):
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(24, 3, generator=g, requires_grad=True)
+    y, x = torch.randint(0, 3, (24,), generator=g), torch.randn(24, 5, generator=g)
+    params = {"mmd": {"bandwidth_y": 0.5, "bandwidth_z": 5.0}, "mmce": {"bandwidth": 0.4}, "kde": {"p": 1, "bandwidth": 0.1}}[reg]
+    loss, _, r = Objective(f"xe_{reg}", "classification", reg, 1.0, params)(logits, x, y)
+    loss.backward()
+    assert torch.isfinite(r) and torch.isfinite(logits.grad).all() and logits.grad.abs().sum() > 0
+
+
+def test_invalid_objectives_are_rejected():
+    with pytest.raises(ValueError, match="not available for regression"):
+        Objective("nll_mmce", "regression", "mmce", 1.0)
+    with pytest.raises(ValueError, match="weight"):
+        Objective("nll_mmd", "regression", "mmd", -1.0)
+    with pytest.raises(ValueError, match="bandwidth_y must be > 0"):
+        Objective("nll_mmd", "regression", "mmd", 1.0, {"bandwidth_y": -0.1})

@@ -1,0 +1,111 @@
+"""kcal.train end to end on small subsets: every objective, outputs, determinism, divergence, config errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from kcal.train import CONFIG_DIR, ConfigError, run
+
+from .data.conftest import mirror_has
+
+pytestmark = pytest.mark.skipif(
+    not (mirror_has("crime") and mirror_has("breast-cancer")), reason="crime/breast-cancer not available offline"
+)
+SMALL = ["trainer.max_epochs=2", "trainer.min_epochs=0", "trainer.progress_bar=false", "save_checkpoint=true"]
+REGRESSION = ["dataset=crime", "dataset.max_train_rows=256"]
+CLASSIFICATION = ["dataset=breast-cancer", "dataset.max_train_rows=200"]
+
+
+def cfg_for(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("train", overrides=[*SMALL, *overrides])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[*REGRESSION, "objective=nll", "recalibrator=isotonic"],
+     [*REGRESSION, "objective=nll_mmd", "recalibrator=conformal"],
+     [*REGRESSION, "objective=nll_mmd_tanh"],
+     [*CLASSIFICATION, "objective=xe"],
+     [*CLASSIFICATION, "objective=xe_mmd"],
+     [*CLASSIFICATION, "objective=xe_mmce"],
+     [*CLASSIFICATION, "objective=xe_kde"]],
+)  # fmt: skip
+def test_every_objective_trains_two_epochs(overrides, tmp_path):
+    metrics = run(cfg_for(*overrides), tmp_path)
+    assert metrics["status"] == "ok" and metrics["epochs"] == 2
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved == metrics
+    for f in ("config.yaml", "run.json", "checkpoints/best.ckpt", "csv/metrics.csv"):
+        assert (tmp_path / f).is_file(), f
+    if "dataset=crime" in overrides:
+        keys = ["val/nll", "test/nll", "test/qce", "test/dce", "test_recal/qce", "test_recal/nll",
+                "official/test/qce", "official/test/dce", "official/test_recal/nll"]  # fmt: skip
+    else:
+        keys = ["val/acc", "val/ece", "test/acc", "test/ece", "test/entropy", "test/kce", "test_recal/ece",
+                "official/test/acc", "official/test/ece", "official/test_recal/ece"]  # fmt: skip
+    for key in keys:
+        assert key in metrics and metrics[key] == metrics[key], key  # present and not NaN
+
+
+def test_same_config_and_seed_give_identical_metrics(tmp_path):
+    cfg = cfg_for(*REGRESSION, "objective=nll_mmd", "seed=3")
+    run(cfg, tmp_path / "a")
+    run(cfg, tmp_path / "b")
+    assert (tmp_path / "a" / "metrics.json").read_bytes() == (tmp_path / "b" / "metrics.json").read_bytes()
+    other = run(cfg_for(*REGRESSION, "objective=nll_mmd", "seed=4"), tmp_path / "c")
+    assert other["test/nll"] != json.loads((tmp_path / "a" / "metrics.json").read_text())["test/nll"]
+
+
+def test_a_diverging_loss_ends_the_run_with_status_diverged(tmp_path):
+    metrics = run(cfg_for(*REGRESSION, "objective=nll", "trainer.lr=1e30", "trainer.gradient_clip_val=null",
+                          "trainer.max_epochs=5"), tmp_path)  # fmt: skip
+    assert metrics["status"] == "diverged" and isinstance(metrics["epoch"], int)
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("objective.params.bandwidth_y=-1", "bandwidth_y must be > 0"),
+     ("model.widths=[0,64,64]", "model.widths must all be >= 1"),
+     ("trainer.batch_size=100000", "larger than the training split"),
+     ("objective.weight=-2", "objective.weight must be >= 0"),
+     ("objective=xe", "choose one of")],
+)  # fmt: skip
+def test_invalid_values_are_rejected_before_training(override, message, tmp_path):
+    base = [o for o in REGRESSION] + ["objective=nll_mmd"]
+    with pytest.raises(ConfigError, match=message):
+        run(cfg_for(*base, override), tmp_path)
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_unknown_group_option_lists_the_choices():
+    with pytest.raises(Exception) as err:  # hydra.errors.MissingConfigException
+        cfg_for("objective=nll_mmmd")
+    msg = str(err.value)
+    assert "nll_mmmd" in msg and "nll_mmd" in msg and "xe_kde" in msg
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
+    return subprocess.run([sys.executable, "-m", "kcal.train", *flags, *SMALL, *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_cli_single_run_multirun_and_config_error(tmp_path):
+    single = _cli(*REGRESSION, "objective=nll", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert json.loads((tmp_path / "one" / "metrics.json").read_text())["status"] == "ok"
+    multi = _cli("-m", "dataset=crime,breast-cancer", "dataset.max_train_rows=128", "objective=nll", "seed=0",
+                 f"hydra.sweep.dir={tmp_path / 'many'}", cwd=tmp_path)  # fmt: skip
+    assert multi.returncode == 0, multi.stderr[-2000:]
+    assert len(list(Path(tmp_path / "many").glob("*/metrics.json"))) == 2
+    bad = _cli(*REGRESSION, "trainer.batch_size=100000", f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path)
+    assert bad.returncode == 2 and "config error" in bad.stderr and "Traceback" not in bad.stderr
