@@ -12,6 +12,7 @@ import math
 import pytorch_lightning as pl
 import torch
 
+from kcal import seeding
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetSplits
 from kcal.objectives import Objective
@@ -30,16 +31,19 @@ class TensorDataModule(pl.LightningDataModule):
         self.train, self.val = self.data.train.to(device), self.data.val.to(device)
 
     def train_dataloader(self):
-        return TensorBatches(self.train.x, self.train.y, self.batch_size, shuffle=True, drop_last=True, seed=self.seed)
+        return TensorBatches(self.train.x, self.train.y, self.batch_size, shuffle=True, drop_last=True,
+                             seed=seeding.shuffle_seed(self.seed))  # fmt: skip
 
     def val_dataloader(self):
         return TensorBatches(self.val.x, self.val.y, self.eval_batch_size)
 
 
 class CalibrationModule(pl.LightningModule):
-    def __init__(self, model: torch.nn.Module, objective: Objective, lr: float = 1e-3, weight_decay: float = 5e-4):
+    def __init__(self, model: torch.nn.Module, objective: Objective, lr: float = 1e-3, weight_decay: float = 5e-4,
+                 seed: int = 0):  # fmt: skip
         super().__init__()
-        self.model, self.objective = model, objective
+        self.model, self.objective, self.seed = model, objective, seed
+        self.noise: torch.Generator | None = None  # MMD sample stream, created on the training device
         self.lr, self.weight_decay = lr, weight_decay
         self.task = objective.task
         self.diverged_epoch: int | None = None
@@ -55,12 +59,15 @@ class CalibrationModule(pl.LightningModule):
         return torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
     # ---- training --------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        self.noise = seeding.generator(seeding.noise_seed(self.seed), self.device)
+
     def on_train_epoch_start(self) -> None:
         self._train = torch.zeros(3, device=self.device)  # sum loss, sum base, sum reg (per batch)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss, base, reg = self.objective(self.model(x), x, y)
+        loss, base, reg = self.objective(self.model(x), x, y, generator=self.noise)
         self._train += torch.stack([loss.detach(), base.detach(), reg.detach()])
         return loss
 
@@ -76,12 +83,14 @@ class CalibrationModule(pl.LightningModule):
     # ---- validation ------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
         self._val = []
+        # the same validation noise every epoch, so val/loss changes only through the weights
+        self._val_noise = seeding.generator(seeding.eval_seed(self.seed), self.device)
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         outputs = self.model(x)
         if x.shape[0] >= 2:
-            loss, _, _ = self.objective(outputs, x, y)
+            loss, _, _ = self.objective(outputs, x, y, generator=self._val_noise)
         else:  # a 1-row tail batch has no U-statistic; use the base loss alone
             loss = self.objective.base(outputs, y)
         self._val.append((outputs, y, loss * x.shape[0]))

@@ -70,12 +70,16 @@ class Objective:
             return gaussian_nll(mean, std, y, self.reduction)
         return F.cross_entropy(outputs, y, reduction=self.reduction)
 
-    def regularization(self, outputs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def regularization(self, outputs, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None,
+                       eps: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """The regulariser on one batch; ``generator`` (or explicit standard-normal ``eps``) drives the
+        regression MMD's forecast samples."""
         if self.task == "regression":
             from kcal.mmd import regression_mmd
 
             mean, std = outputs
-            return regression_mmd(mean, std, y, x, **self.params)
+            extra = {"eps": eps} if eps is not None else ({"generator": generator} if generator is not None else {})
+            return regression_mmd(mean, std, y, x, **self.params, **extra)
         probs = torch.softmax(outputs, dim=-1)
         if self.regularizer == "mmd":
             from kcal.mmd import classification_mmd
@@ -89,12 +93,18 @@ class Objective:
 
         return ece_kde(probs, y, **self.params)
 
-    def __call__(self, outputs, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    @property
+    def uses_noise(self) -> bool:
+        """Whether a step draws random forecast samples (regression MMD)."""
+        return self.task == "regression" and self.regularizer == "mmd" and self.weight != 0
+
+    def __call__(self, outputs, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None,
+                 eps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
         """Return ``(loss, base, regulariser)``; the regulariser is 0 when there is none."""
         base = self.base(outputs, y)
         if self.regularizer is None or self.weight == 0:
             return base, base, torch.zeros((), device=base.device, dtype=base.dtype)
-        reg = self.regularization(outputs, x, y)
+        reg = self.regularization(outputs, x, y, generator=generator, eps=eps)
         return base + self.weight * reg, base, reg
 
 

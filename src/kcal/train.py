@@ -14,7 +14,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import hydra
@@ -22,6 +22,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from kcal import seeding
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
 from kcal.evaluation import (
@@ -118,22 +119,54 @@ def objective_from_config(cfg: DictConfig, data: DatasetSplits, threshold: float
     )  # fmt: skip
 
 
-def run(cfg: DictConfig, output_dir: str | Path) -> dict:
-    """Train, restore the best checkpoint, evaluate; write outputs; return ``metrics.json``'s dict."""
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Prepared:
+    """Everything a run needs before any weight exists (shared by single and vectorised training)."""
+
+    cfg: DictConfig
+    data: DatasetSplits
+    objective: Objective
+    threshold: float
+
+    @property
+    def task(self) -> str:
+        return self.data.info.task
+
+
+@dataclass
+class FitResult:
+    epochs: int
+    best_epoch: int | None  # None when no finite validation value was ever seen
+    diverged_epoch: int | None
+    best: dict[str, float]  # running best validation values
+    train_seconds: float
+
+
+def prepare(cfg: DictConfig) -> Prepared:
+    """Load and validate data and config; resolve ``median`` bandwidths and the decision threshold."""
     torch.distributions.Distribution.set_default_validate_args(False)
-    pl.seed_everything(cfg.seed, workers=False, verbose=False)
     data = subsample(load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows)
     validate(cfg, data)
     threshold = decision_threshold(cfg, data)
-    objective = objective_from_config(cfg, data, threshold)
-    OmegaConf.save(cfg, out / "config.yaml", resolve=True)
-    model = build_model(cfg.model.kind, data.info.task, data.info.d, data.info.m, cfg.model.widths,
-                        cfg.model.batchnorm, cfg.model.get("min_std", 0.05))  # fmt: skip
-    module = CalibrationModule(model, objective, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
-    datamodule = TensorDataModule(data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed)
+    return Prepared(cfg, data, objective_from_config(cfg, data, threshold), threshold)
 
+
+def model_factory(prep: Prepared):
+    m, info = prep.cfg.model, prep.data.info
+    return lambda: build_model(m.kind, info.task, info.d, info.m, m.widths, m.batchnorm, m.get("min_std", 0.05))
+
+
+def build(prep: Prepared, seed: int) -> torch.nn.Module:
+    """The network with seed ``seed``'s initial weights (see :mod:`kcal.seeding`)."""
+    return seeding.init_with_seed(seed, model_factory(prep))
+
+
+def fit(prep: Prepared, model: torch.nn.Module, out: Path) -> tuple[CalibrationModule, FitResult]:
+    """Train with Lightning; on return the module holds the best-validation weights."""
+    cfg = prep.cfg
+    module = CalibrationModule(model, prep.objective, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
+                               seed=cfg.seed)  # fmt: skip
+    datamodule = TensorDataModule(prep.data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed)
     monitor = cfg.trainer.monitor
     mode = "max" if monitor.endswith("acc") else "min"
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor=monitor, mode=mode,
@@ -151,42 +184,62 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict:
     )  # fmt: skip
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
-    train_seconds = time.perf_counter() - t0
-    epochs = len(module.history)
-
-    metrics = {
-        "dataset": cfg.dataset.name, "protocol": cfg.dataset.protocol, "objective": cfg.objective.name,
-        "recalibrator": resolve_recalibrator(cfg.recalibrator.name, data.info.task), "seed": int(cfg.seed),
-        "epochs": epochs,
-    }  # fmt: skip
-    best_path = checkpoint.best_model_path
-    if module.diverged_epoch is not None or not best_path:
-        metrics |= {"status": "diverged", "epoch": module.diverged_epoch if module.diverged_epoch is not None else epochs - 1}
-    else:
-        state = torch.load(best_path, map_location=module.device, weights_only=False)
+    seconds = time.perf_counter() - t0
+    best_epoch = None
+    if checkpoint.best_model_path and module.diverged_epoch is None:
+        state = torch.load(checkpoint.best_model_path, map_location=module.device, weights_only=False)
         module.load_state_dict(state["state_dict"])
         best_epoch = int(state["epoch"])
-        device_data = DatasetSplits(data.train.to(module.device), data.val.to(module.device),
-                                    data.test.to(module.device), data.info)  # fmt: skip
-        if data.info.task == "regression":
-            values = evaluate_regression(module.model, device_data, cfg.recalibrator.name, threshold, cfg.seed)
-        else:
-            values = evaluate_classification(module.model, device_data, cfg.recalibrator.name, cfg.objective.name)
-        values |= {f"{k}_best": v for k, v in module.best.items() if k != "val/loss"}
-        values["val/loss_best"] = module.best.get("val/loss", float("nan"))
-        finite = all(math.isfinite(v) for k, v in values.items() if k.startswith(("test/", "val/")))
-        metrics |= {"status": "ok" if finite else "diverged", "best_epoch": best_epoch, **values}
-        if not finite:
-            metrics["epoch"] = best_epoch
         if not cfg.save_checkpoint:
-            Path(best_path).unlink(missing_ok=True)
+            Path(checkpoint.best_model_path).unlink(missing_ok=True)
+    return module, FitResult(len(module.history), best_epoch, module.diverged_epoch, dict(module.best), seconds)
+
+
+def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Path, seed: int,
+             extra_run_info: dict | None = None) -> dict:  # fmt: skip
+    """Evaluate the best weights, write ``metrics.json`` and ``run.json``; return the metrics."""
+    cfg, data = prep.cfg, prep.data
+    metrics = {
+        "dataset": cfg.dataset.name, "protocol": cfg.dataset.protocol, "objective": cfg.objective.name,
+        "recalibrator": resolve_recalibrator(cfg.recalibrator.name, prep.task), "seed": int(seed),
+        "epochs": result.epochs,
+    }  # fmt: skip
+    if result.diverged_epoch is not None or result.best_epoch is None:
+        epoch = result.diverged_epoch if result.diverged_epoch is not None else result.epochs - 1
+        metrics |= {"status": "diverged", "epoch": epoch}
+    else:
+        device = next(model.parameters()).device
+        on_device = DatasetSplits(data.train.to(device), data.val.to(device), data.test.to(device), data.info)
+        if prep.task == "regression":
+            values = evaluate_regression(model, on_device, cfg.recalibrator.name, prep.threshold, seeding.eval_seed(seed))
+        else:
+            values = evaluate_classification(model, on_device, cfg.recalibrator.name, cfg.objective.name)
+        values |= {f"{k}_best": v for k, v in result.best.items()}
+        finite = all(math.isfinite(v) for k, v in values.items() if k.startswith(("test/", "val/")))
+        metrics |= {"status": "ok" if finite else "diverged", "best_epoch": result.best_epoch, **values}
+        if not finite:
+            metrics["epoch"] = result.best_epoch
+    out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
-    (out / "run.json").write_text(json.dumps({
-        "train_seconds": train_seconds, "seconds_per_epoch": train_seconds / max(epochs, 1),
-        "device": str(module.device), "torch": torch.__version__, "pytorch_lightning": pl.__version__,
-        "command": " ".join(sys.argv), "data_sources": data.info.sources,
-    }, indent=1) + "\n")  # fmt: skip
+    run_info = {
+        "train_seconds": result.train_seconds, "seconds_per_epoch": result.train_seconds / max(result.epochs, 1),
+        "device": str(next(model.parameters()).device), "torch": torch.__version__,
+        "pytorch_lightning": pl.__version__, "command": " ".join(sys.argv), "data_sources": data.info.sources,
+        **(extra_run_info or {}),
+    }  # fmt: skip
+    (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
     return metrics
+
+
+def run(cfg: DictConfig, output_dir: str | Path) -> dict:
+    """Train one model, restore its best checkpoint, evaluate; write outputs; return the metrics."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(cfg.seed, workers=False, verbose=False)  # stray global-RNG users stay seeded too
+    prep = prepare(cfg)
+    OmegaConf.save(cfg, out / "config.yaml", resolve=True)
+    module, result = fit(prep, build(prep, cfg.seed), out)
+    return finalize(prep, module.model, result, out, cfg.seed)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
