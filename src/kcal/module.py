@@ -40,9 +40,10 @@ class TensorDataModule(pl.LightningDataModule):
 
 class CalibrationModule(pl.LightningModule):
     def __init__(self, model: torch.nn.Module, objective: Objective, lr: float = 1e-3, weight_decay: float = 5e-4,
-                 seed: int = 0):  # fmt: skip
+                 seed: int = 0, threshold: float = 0.0, log_dce: bool = False):  # fmt: skip
         super().__init__()
         self.model, self.objective, self.seed = model, objective, seed
+        self.threshold, self.log_dce = threshold, log_dce and objective.task == "regression"
         self.noise: torch.Generator | None = None  # MMD sample stream, created on the training device
         self.lr, self.weight_decay = lr, weight_decay
         self.task = objective.task
@@ -107,6 +108,8 @@ class CalibrationModule(pl.LightningModule):
             from kcal.objectives import gaussian_nll
 
             metrics["val/nll"] = gaussian_nll(mean, std, y)
+            if self.log_dce:
+                metrics |= self._decision_curves((mean, std), y)
         else:
             logits = torch.cat([v[0] for v in self._val])
             metrics["val/nll"] = torch.nn.functional.cross_entropy(logits, y)
@@ -118,6 +121,20 @@ class CalibrationModule(pl.LightningModule):
         self.log_dict(values, prog_bar=True)
         self._record(values)
         self._val = []
+
+    def _decision_curves(self, val_outputs, val_y) -> dict:
+        """Exact and official-style DCE on the whole train and validation splits (issue: Figures 3-4)."""
+        from kcal.diagnostics import decision_curves
+
+        train = self.trainer.datamodule.train
+        with torch.no_grad():
+            was_training = self.model.training
+            self.model.eval()
+            train_outputs = self.model(train.x)
+            self.model.train(was_training)
+        seed = seeding.eval_seed(self.seed)
+        return {**decision_curves(train_outputs, train.y, self.threshold, "train", seed),
+                **decision_curves(val_outputs, val_y, self.threshold, "val", seed)}  # fmt: skip
 
     def _record(self, values: dict) -> None:
         """Merge an epoch's values into ``history`` (validation runs before train-epoch end)."""

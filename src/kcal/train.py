@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import hydra
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -27,6 +28,8 @@ from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
 from kcal.evaluation import (
     RECALIBRATORS,
+    classification_predictions,
+    regression_predictions,
     evaluate_classification,
     evaluate_regression,
     median_sq_distance,
@@ -140,6 +143,7 @@ class FitResult:
     diverged_epoch: int | None
     best: dict[str, float]  # running best validation values
     train_seconds: float
+    history: list[dict]  # one row per epoch: train/*, val/* (and train/dce, val/dce when logged)
 
 
 def prepare(cfg: DictConfig) -> Prepared:
@@ -165,7 +169,7 @@ def fit(prep: Prepared, model: torch.nn.Module, out: Path) -> tuple[CalibrationM
     """Train with Lightning; on return the module holds the best-validation weights."""
     cfg = prep.cfg
     module = CalibrationModule(model, prep.objective, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
-                               seed=cfg.seed)  # fmt: skip
+                               seed=cfg.seed, threshold=prep.threshold, log_dce=cfg.trainer.log_dce)  # fmt: skip
     datamodule = TensorDataModule(prep.data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed)
     monitor = cfg.trainer.monitor
     mode = "max" if monitor.endswith("acc") else "min"
@@ -192,7 +196,9 @@ def fit(prep: Prepared, model: torch.nn.Module, out: Path) -> tuple[CalibrationM
         best_epoch = int(state["epoch"])
         if not cfg.save_checkpoint:
             Path(checkpoint.best_model_path).unlink(missing_ok=True)
-    return module, FitResult(len(module.history), best_epoch, module.diverged_epoch, dict(module.best), seconds)
+    result = FitResult(len(module.history), best_epoch, module.diverged_epoch, dict(module.best), seconds,
+                       list(module.history))  # fmt: skip
+    return module, result
 
 
 def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Path, seed: int,
@@ -211,9 +217,13 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
         device = next(model.parameters()).device
         on_device = DatasetSplits(data.train.to(device), data.val.to(device), data.test.to(device), data.info)
         if prep.task == "regression":
-            values = evaluate_regression(model, on_device, cfg.recalibrator.name, prep.threshold, seeding.eval_seed(seed))
+            preds = regression_predictions(model, on_device)
+            values = evaluate_regression(model, on_device, cfg.recalibrator.name, prep.threshold,
+                                         seeding.eval_seed(seed), preds)  # fmt: skip
         else:
-            values = evaluate_classification(model, on_device, cfg.recalibrator.name, cfg.objective.name)
+            preds = classification_predictions(model, on_device)
+            values = evaluate_classification(model, on_device, cfg.recalibrator.name, cfg.objective.name, preds)
+        save_predictions(preds, out / "predictions.npz")
         values |= {f"{k}_best": v for k, v in result.best.items()}
         finite = all(math.isfinite(v) for k, v in values.items() if k.startswith(("test/", "val/")))
         metrics |= {"status": "ok" if finite else "diverged", "best_epoch": result.best_epoch, **values}
@@ -221,6 +231,7 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
             metrics["epoch"] = result.best_epoch
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    write_history(result.history, out / "history.csv")
     run_info = {
         "train_seconds": result.train_seconds, "seconds_per_epoch": result.train_seconds / max(result.epochs, 1),
         "device": str(next(model.parameters()).device), "torch": torch.__version__,
@@ -229,6 +240,21 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
     }  # fmt: skip
     (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
     return metrics
+
+
+def save_predictions(preds: dict[str, torch.Tensor], path: Path) -> None:
+    """Val/test predictions (float32, labels int64) so figures can be redrawn without training."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: (v.float() if v.is_floating_point() else v).cpu().numpy() for k, v in preds.items()}
+    np.savez_compressed(path, **arrays)
+
+
+def write_history(history: list[dict], path: Path) -> None:
+    """Per-epoch values as CSV (columns: the union of keys, epoch first)."""
+    keys = sorted({k for row in history for k in row} - {"epoch"})
+    lines = [",".join(["epoch", *keys])]
+    lines += [",".join([str(row["epoch"]), *(repr(float(row[k])) if k in row else "" for k in keys)]) for row in history]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict:
