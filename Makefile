@@ -10,7 +10,10 @@ STAMP := $(VENV)/.installed
 
 export KCAL_DATA_DIR ?= $(abspath ../shared/datasets)
 
-.PHONY: install test lint data clean-venv
+.PHONY: install test lint data clean-venv reproduce-regression reproduce-classification bench figures
+
+# Profile of the reproduction: full (the paper: 100 trials, 50 seeds), quick, smoke (configs/profile/)
+PROFILE ?= full
 
 install: $(STAMP)
 
@@ -30,6 +33,15 @@ lint: install
 
 data: install
 	$(PY) -m kcal.data
+
+reproduce-regression: install
+	$(PY) -m kcal.reproduce task=regression profile=$(PROFILE) $(ARGS)
+
+reproduce-classification: install
+	$(PY) -m kcal.reproduce task=classification profile=$(PROFILE) $(ARGS)
+
+bench: install
+	$(PY) -m kcal.bench $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

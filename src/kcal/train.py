@@ -11,9 +11,11 @@ same config and seed give the same file on CPU), ``run.json`` (timings, paths, v
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,6 +42,14 @@ from kcal.module import CalibrationModule, TensorDataModule
 from kcal.objectives import Objective
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # a Lightning-internal deprecation, not ours
+warnings.filterwarnings("ignore", message=".*does not have many workers.*")  # no DataLoader by design
+
+
+def quiet_lightning() -> None:
+    """Keep Lightning's per-run banners (GPU/TPU available, tips, 'fit stopped') out of sweeps."""
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class ConfigError(ValueError):
@@ -168,6 +178,8 @@ def build(prep: Prepared, seed: int) -> torch.nn.Module:
 def fit(prep: Prepared, model: torch.nn.Module, out: Path) -> tuple[CalibrationModule, FitResult]:
     """Train with Lightning; on return the module holds the best-validation weights."""
     cfg = prep.cfg
+    if not cfg.trainer.progress_bar:
+        quiet_lightning()
     module = CalibrationModule(model, prep.objective, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
                                seed=cfg.seed, threshold=prep.threshold, log_dce=cfg.trainer.log_dce)  # fmt: skip
     datamodule = TensorDataModule(prep.data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed)
@@ -224,13 +236,21 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
             preds = classification_predictions(model, on_device)
             values = evaluate_classification(model, on_device, cfg.recalibrator.name, cfg.objective.name, preds)
         save_predictions(preds, out / "predictions.npz")
+        if cfg.get("figures", False):  # per-run figures (kcal.figures); a figure error never fails the run
+            try:
+                from kcal.figures import draw_run_figures
+
+                draw_run_figures(out, config=cfg)
+            except Exception as exc:  # noqa: BLE001
+                import logging
+
+                logging.getLogger(__name__).warning("kcal.figures failed for %s: %r", out, exc)
         values |= {f"{k}_best": v for k, v in result.best.items()}
         finite = all(math.isfinite(v) for k, v in values.items() if k.startswith(("test/", "val/")))
         metrics |= {"status": "ok" if finite else "diverged", "best_epoch": result.best_epoch, **values}
         if not finite:
             metrics["epoch"] = result.best_epoch
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     write_history(result.history, out / "history.csv")
     run_info = {
         "train_seconds": result.train_seconds, "seconds_per_epoch": result.train_seconds / max(result.epochs, 1),
@@ -239,6 +259,10 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
         **(extra_run_info or {}),
     }  # fmt: skip
     (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
+    # written last and atomically: its presence marks a finished run (seed reruns skip such runs)
+    tmp = out / "metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    tmp.replace(out / "metrics.json")
     return metrics
 
 

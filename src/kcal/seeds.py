@@ -1,0 +1,146 @@
+"""Rerun the sweep's best configuration over seeds and aggregate:
+``python -m kcal.seeds dataset=crime objective=nll_mmd``.
+
+Seeds ``0 .. seeds.n_seeds-1`` each get ``<root>/<dataset>/<label>/seeds/seed<k>/`` with the files of
+a :mod:`kcal.train` run; a seed whose ``metrics.json`` exists is skipped, so an interrupted rerun
+resumes. By default the pending seeds are trained together as one vectorised model
+(:mod:`kcal.vectorized`, ``seeds_run.vectorized=false`` trains them one by one). The per-seed results
+are aggregated into ``<root>/<dataset>/<label>/summary.csv``, a tidy table with columns
+``dataset, objective, recalibrator, flavour, metric, mean, se, n`` (se = sample std / sqrt(n) over the
+seeds whose run finished with status ok).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from kcal.train import CONFIG_DIR, ConfigError, run
+
+TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
+PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
+    "test/": ("none", "exact"),
+    "test_recal/": ("post-hoc", "exact"),
+    "official/test/": ("none", "official"),
+    "official/test_recal/": ("post-hoc", "official"),
+}
+
+
+def label_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.root) / cfg.dataset.name / str(cfg.seeds_run.label)
+
+
+def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
+    return {k: label_dir(cfg) / "seeds" / f"seed{k}" for k in range(int(cfg.seeds.n_seeds))}
+
+
+def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
+    """``cfg`` with the best trial's parameters of the ``seeds_run.best_from`` study applied."""
+    if not cfg.seeds_run.use_best:
+        return cfg, {}
+    from kcal.sweep import apply, best_trial, open_study
+
+    study_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    best_from = str(cfg.seeds_run.best_from)
+    study_cfg.sweep.study_name = str(cfg.sweep.study_name).replace(f"__{cfg.objective.name}__", f"__{best_from}__")
+    try:
+        best = best_trial(open_study(study_cfg, create=False))
+    except KeyError:
+        raise ConfigError(
+            f"no sweep study {study_cfg.sweep.study_name!r} in {cfg.sweep.storage or Path(cfg.root) / 'sweeps.db'}; "
+            f"run `python -m kcal.sweep dataset={cfg.dataset.name} objective={best_from}` first, "
+            "or pass seeds_run.use_best=false to use the config as given"
+        ) from None
+    return apply(cfg, best.params), {"study": study_cfg.sweep.study_name, "trial": best.number, "value": best.value,
+                                     "params": best.params}  # fmt: skip
+
+
+def run_seeds(cfg: DictConfig) -> pd.DataFrame:
+    """Train every pending seed, then aggregate all finished seeds; return the tidy summary."""
+    base, best = best_config(cfg)
+    base = OmegaConf.create(OmegaConf.to_container(base, resolve=True))
+    base.trainer.progress_bar = False
+    out = label_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "best_trial.json").write_text(json.dumps(best, indent=1, default=str) + "\n")
+    dirs = seed_dirs(cfg)
+    pending = [k for k, d in dirs.items() if not (d / "metrics.json").is_file()]
+    done = len(dirs) - len(pending)
+    print(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {done} of {len(dirs)} seeds already finished, "
+          f"{len(pending)} to train", file=sys.stderr)  # fmt: skip
+    if pending:
+        train_seeds(base, pending, [dirs[k] for k in pending], cfg)
+    summary = aggregate([dirs[k] for k in dirs], cfg.dataset.name, str(cfg.seeds_run.label))
+    summary.to_csv(out / "summary.csv", index=False)
+    return summary
+
+
+def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
+    vectorized = bool(cfg.seeds_run.vectorized) and base.dataset.protocol == "official"
+    if vectorized:
+        try:
+            from kcal.vectorized import run_seeds as run_vectorized
+        except ImportError:  # pragma: no cover - the module ships with kcal
+            vectorized = False
+    if vectorized:
+        size = int(cfg.seeds_run.chunk_size)
+        for i in range(0, len(seeds), size):
+            run_vectorized(base, seeds[i : i + size], dirs[i : i + size], chunk_size=size)
+        return
+    from tqdm.auto import tqdm
+
+    for seed, d in tqdm(list(zip(seeds, dirs, strict=True)), desc="seeds", disable=not sys.stderr.isatty()):
+        seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
+        seed_cfg.seed = seed
+        run(seed_cfg, d)
+
+
+def aggregate(dirs: list[Path], dataset: str, label: str) -> pd.DataFrame:
+    """Tidy mean/SE over the seeds' ``metrics.json`` (status ok only)."""
+    per_seed = []
+    for d in dirs:
+        path = d / "metrics.json"
+        if path.is_file():
+            m = json.loads(path.read_text())
+            if m.get("status") == "ok":
+                per_seed.append(m)
+    rows = []
+    for prefix, (recal, flavour) in PREFIXES.items():
+        keys = sorted({k for m in per_seed for k in m if k.startswith(prefix) and "/" not in k[len(prefix):]})
+        for key in keys:
+            values = np.array([m[key] for m in per_seed if key in m and isinstance(m[key], int | float)], dtype=float)
+            values = values[np.isfinite(values)]
+            if values.size == 0:
+                continue
+            se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else float("nan")
+            rows.append([dataset, label, recal, flavour, key[len(prefix):], float(values.mean()), se, int(values.size)])
+    return pd.DataFrame(rows, columns=TIDY_COLUMNS)
+
+
+def collect(root: Path) -> pd.DataFrame:
+    """Concatenate every ``summary.csv`` under a reproduction root."""
+    frames = [pd.read_csv(p) for p in sorted(Path(root).glob("*/*/summary.csv"))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="seeds")
+def main(cfg: DictConfig) -> None:
+    try:
+        summary = run_seeds(cfg)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    shown = summary[(summary.recalibrator == "none") & (summary.flavour == "exact")]
+    print(shown.to_string(index=False))
+    print(f"summary: {label_dir(cfg) / 'summary.csv'}")
+
+
+if __name__ == "__main__":
+    main()
