@@ -1,0 +1,259 @@
+"""Tests for kcal.baselines (MMCE, ECE-KDE) against explicit-loop references."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kcal.baselines import (
+    AUTHORS_BANDWIDTH_GRID,
+    default_bandwidth_grid,
+    dirichlet_log_kernel,
+    ece_kde,
+    loo_log_likelihood,
+    mmce,
+    select_bandwidth,
+)
+
+DT = torch.float64
+
+
+def _rel_close(value, ref, rtol=1e-6, atol=1e-12):
+    value = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+    assert abs(value - ref) <= rtol * abs(ref) + atol, (value, ref)
+
+
+def _inputs(n=9, m=3, seed=0, scale=1.5):
+    g = torch.Generator().manual_seed(seed)
+    logits = scale * torch.randn(n, m, generator=g, dtype=DT)
+    labels = torch.randint(0, m, (n,), generator=g)
+    return logits, labels
+
+
+# ----------------------------------------------------------------------------------------------------
+# MMCE
+# ----------------------------------------------------------------------------------------------------
+def ref_mmce(probs, labels, bw, weighted=True):
+    n = len(labels)
+    conf = [max(probs[i]) for i in range(n)]
+    correct = [int(np.argmax(probs[i])) == int(labels[i]) for i in range(n)]
+
+    def k(a, b):
+        return math.exp(-abs(a - b) / bw)
+
+    if not weighted:
+        tot = 0.0
+        for i in range(n):
+            for j in range(n):
+                tot += (correct[i] - conf[i]) * (correct[j] - conf[j]) * k(conf[i], conf[j])
+        return math.sqrt(max(tot / n**2, 0.0) + 1e-10)
+    cs = [i for i in range(n) if correct[i]]
+    ws = [i for i in range(n) if not correct[i]]
+    m_c, m_w = len(cs), len(ws)
+    if m_c == 0 or m_w == 0:
+        return 0.0
+    cc = ii = ci = 0.0
+    for i in cs:
+        for j in cs:
+            cc += (1 - conf[i]) * (1 - conf[j]) * k(conf[i], conf[j])
+    for i in ws:
+        for j in ws:
+            ii += conf[i] * conf[j] * k(conf[i], conf[j])
+    for i in cs:
+        for j in ws:
+            ci += (1 - conf[i]) * conf[j] * k(conf[i], conf[j])
+    cc, ii, ci = cc / (m_c * m_c), ii / (m_w * m_w), ci / (m_c * m_w)  # torch.mean over the pair matrix
+    v = cc / (m_c * m_c + 1e-5) + ii / (m_w * m_w + 1e-5) - 2.0 * ci / (m_c * m_w + 1e-5)
+    return math.sqrt(max(v, 0.0) + 1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("weighted", [True, False])
+@pytest.mark.parametrize("bw", [0.4, 0.1])
+def test_mmce_matches_loops(seed, weighted, bw):
+    logits, labels = _inputs(n=11, m=4, seed=seed)
+    probs = torch.softmax(logits, -1)
+    acc = (probs.argmax(-1) == labels).double().mean()
+    assert 0 < acc < 1
+    _rel_close(
+        mmce(probs, labels, bandwidth=bw, weighted=weighted),
+        ref_mmce(probs.numpy(), labels.numpy(), bw, weighted),
+    )
+
+
+def test_mmce_degenerate_batches_and_zeros():
+    probs = torch.tensor([[0.7, 0.3, 0.0], [0.1, 0.9, 0.0], [1.0, 0.0, 0.0]], dtype=DT, requires_grad=True)
+    for labels in (torch.tensor([0, 1, 0]), torch.tensor([1, 0, 2])):  # all correct / all wrong
+        v = mmce(probs, labels)
+        (gp,) = torch.autograd.grad(v, probs)
+        assert float(v.detach()) == 0.0 and torch.isfinite(gp).all() and gp.abs().sum() == 0
+    v = mmce(probs, torch.tensor([0, 0, 0]))  # mixed, with exact zeros in the probabilities
+    (gp,) = torch.autograd.grad(v, probs)
+    assert torch.isfinite(v) and torch.isfinite(gp).all()
+    _rel_close(v, ref_mmce(probs.detach().numpy(), [0, 0, 0], 0.4))
+    assert float(mmce(probs.detach()[:1], torch.tensor([0]))) == 0.0  # a single example is all-correct
+    with pytest.raises(ValueError, match="bandwidth"):
+        mmce(probs, torch.tensor([0, 0, 0]), bandwidth=0.0)
+
+
+def test_mmce_gradient_wrt_logits():
+    logits, labels = _inputs(n=16, m=3, seed=4)
+    logits.requires_grad_()
+    for weighted in (True, False):
+        (gl,) = torch.autograd.grad(mmce(torch.softmax(logits, -1), labels, weighted=weighted), logits)
+        assert torch.isfinite(gl).all() and gl.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# ECE-KDE
+# ----------------------------------------------------------------------------------------------------
+def _ref_log_dir(f_i, f_j, h):
+    alpha = [f_j[c] / h + 1.0 for c in range(len(f_j))]
+    log_b = sum(math.lgamma(a) for a in alpha) - math.lgamma(sum(alpha))
+    return sum((alpha[c] - 1.0) * math.log(f_i[c]) for c in range(len(f_i))) - log_b
+
+
+def ref_ece_kde(probs, labels, h, p):
+    n, m = probs.shape
+    tot = 0.0
+    for i in range(n):
+        num = [0.0] * m
+        den = 0.0
+        for j in range(n):
+            if j == i:
+                continue
+            kij = math.exp(_ref_log_dir(probs[i], probs[j], h))
+            den += kij
+            num[int(labels[j])] += kij
+        for c in range(m):
+            tot += abs(num[c] / den - probs[i][c]) ** p
+    return tot / n
+
+
+def ref_loo(probs, h, authors):
+    n = len(probs)
+    ll = 0.0
+    for i in range(n):
+        s = 0.0
+        for j in range(n):
+            if j != i:
+                s += math.exp(_ref_log_dir(probs[i], probs[j], h))
+        ll += math.log(s) - (math.log((n - 1) * h) if authors else math.log(n - 1))
+    return ll
+
+
+def test_default_grid_is_authors_exponent_reading():
+    g = default_bandwidth_grid()
+    assert g.shape == (20,) and len(AUTHORS_BANDWIDTH_GRID) == 20
+    np.testing.assert_allclose(g[:15].numpy(), 10.0 ** np.linspace(-5, -1, 15), rtol=1e-12)
+    np.testing.assert_allclose(g[15:].numpy(), [0.2, 0.4, 0.6, 0.8, 1.0], rtol=1e-12)
+
+
+def test_dirichlet_log_kernel_matches_loops():
+    logits, _ = _inputs(n=6, m=3, seed=1)
+    probs = torch.softmax(logits, -1)
+    lk = dirichlet_log_kernel(probs, 0.2)
+    for i in range(6):
+        for j in range(6):
+            if i == j:
+                assert lk[i, j] == float("-inf")
+            else:
+                _rel_close(lk[i, j], _ref_log_dir(probs[i].numpy(), probs[j].numpy(), 0.2))
+    # batched over candidate bandwidths
+    lk2 = dirichlet_log_kernel(probs, torch.tensor([0.2, 0.5], dtype=DT))
+    assert torch.equal(lk2[0], lk)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("h", [0.1, 0.5])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ece_kde_fixed_bandwidth_matches_loops(p, h, seed):
+    logits, labels = _inputs(n=10, m=3, seed=seed, scale=1.0)
+    probs = torch.softmax(logits, -1)
+    _rel_close(ece_kde(probs, labels, p=p, bandwidth=h), ref_ece_kde(probs.numpy(), labels.numpy(), h, p))
+
+
+def test_bandwidth_selection_matches_loops():
+    grid = [0.02, 0.05, 0.1, 0.3, 1.0]
+    for seed in range(3):
+        logits, labels = _inputs(n=12, m=3, seed=seed, scale=2.0)
+        probs = torch.softmax(logits, -1)
+        for authors in (False, True):
+            ll = loo_log_likelihood(probs, grid, authors=authors)
+            ref = [ref_loo(probs.numpy(), h, authors) for h in grid]
+            np.testing.assert_allclose(ll.numpy(), ref, rtol=1e-6)
+        ref_default = grid[int(np.argmax([ref_loo(probs.numpy(), h, False) for h in grid]))]
+        assert select_bandwidth(probs, grid) == pytest.approx(ref_default)
+        lls = [ref_loo(probs.numpy(), h, True) for h in grid]
+        ref_auth = grid[int(np.argmax(lls))] if max(lls) > 0 else 1e-5
+        assert select_bandwidth(probs, grid, fallback="authors") == pytest.approx(ref_auth)
+        # ece_kde with bandwidth=None uses the selected bandwidth
+        _rel_close(
+            ece_kde(probs, labels, bandwidth_grid=grid),
+            ref_ece_kde(probs.numpy(), labels.numpy(), ref_default, 1),
+        )
+
+
+def test_authors_fallback_when_no_candidate_is_positive():
+    # small bandwidths on spread-out forecasts: peaked kernels far apart, every candidate's LOO
+    # log-likelihood is negative, so the authors' selector falls back to 1e-5
+    logits, labels = _inputs(n=8, m=3, seed=2, scale=1.0)
+    probs = torch.softmax(logits, -1)
+    grid = [1e-4, 1e-3, 1e-2]
+    lls = loo_log_likelihood(probs, grid, authors=True)
+    assert bool((lls <= 0).all())
+    assert select_bandwidth(probs, grid, fallback="authors") == 1e-5
+    assert select_bandwidth(probs, grid) in grid
+    # default authors' grid on typical probabilities accepts some candidate
+    logits, _ = _inputs(n=32, m=3, seed=3, scale=3.0)
+    chosen = select_bandwidth(torch.softmax(logits, -1), fallback="authors")
+    assert min(abs(chosen - h) / h for h in AUTHORS_BANDWIDTH_GRID) < 1e-9
+    with pytest.raises(ValueError, match="fallback"):
+        select_bandwidth(probs, grid, fallback="author")
+
+
+def test_ece_kde_exact_zeros_no_nan_and_gradients():
+    probs = torch.tensor(
+        [
+            [1.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.5, 0.5, 0.0],
+            [0.2, 0.3, 0.5],
+            [0.0, 0.0, 1.0],
+            [0.7, 0.0, 0.3],
+        ],
+        dtype=DT,
+        requires_grad=True,
+    )
+    labels = torch.tensor([0, 1, 1, 2, 2, 0])
+    for kw in [dict(), dict(fallback="authors"), dict(bandwidth=1e-5), dict(bandwidth=0.3), dict(p=2)]:
+        v = ece_kde(probs, labels, **kw)
+        (gp,) = torch.autograd.grad(v, probs)
+        assert torch.isfinite(v) and torch.isfinite(gp).all(), kw
+    # float32 softmax underflow to exact zeros
+    logits = torch.tensor(
+        [[200.0, 0.0, -200.0], [0.0, 150.0, 0.0], [1.0, 2.0, 3.0], [-100.0, 0.0, 100.0]], requires_grad=True
+    )
+    v = ece_kde(torch.softmax(logits, -1), torch.tensor([0, 1, 2, 2]))
+    (gl,) = torch.autograd.grad(v, logits)
+    assert torch.isfinite(v) and torch.isfinite(gl).all()
+
+
+def test_ece_kde_gradients_small_batches_and_validation():
+    logits, labels = _inputs(n=16, m=4, seed=6)
+    logits.requires_grad_()
+    (gl,) = torch.autograd.grad(ece_kde(torch.softmax(logits, -1), labels), logits)
+    assert torch.isfinite(gl).all() and gl.abs().sum() > 0
+    probs = torch.softmax(logits.detach(), -1)
+    assert torch.isfinite(ece_kde(probs[:2], labels[:2]))  # n = 2: defined
+    assert torch.isfinite(ece_kde(probs, torch.zeros(16, dtype=torch.long)))  # constant labels
+    with pytest.raises(ValueError, match="n=2"):
+        ece_kde(probs[:1], labels[:1])
+    for bad in [0.0, -0.1, float("nan")]:
+        with pytest.raises(ValueError, match="bandwidth"):
+            ece_kde(probs, labels, bandwidth=bad)
+    with pytest.raises(ValueError, match="bandwidth"):
+        ece_kde(probs, labels, bandwidth_grid=[0.1, -1.0])
+    with pytest.raises(ValueError, match="labels"):
+        ece_kde(probs, labels.double())
