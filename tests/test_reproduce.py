@@ -1,0 +1,137 @@
+"""Issue 5 end to end: sweeps that survive SIGKILL and share a study, seed reruns that resume, and
+tables whose numbers are the aggregates of the per-seed metrics.json files."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from kcal.train import CONFIG_DIR
+
+from .data.conftest import mirror_has
+
+pytestmark = pytest.mark.skipif(
+    not (mirror_has("crime") and mirror_has("breast-cancer")), reason="crime/breast-cancer not available offline"
+)
+SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
+
+
+def study_counts(root: Path, name: str) -> tuple[int, int, dict]:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'sweeps.db'}")
+    study = optuna.load_study(study_name=name, storage=storage)
+    from kcal.sweep import counted
+
+    trials = study.get_trials(deepcopy=False)
+    statuses = {}
+    for t in trials:
+        statuses[t.user_attrs.get("kcal_status", t.state.name)] = statuses.get(t.user_attrs.get("kcal_status", t.state.name), 0) + 1
+    finished, running = counted(study)
+    return finished, running, statuses
+
+
+def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "kcal.sweep", "dataset=crime", "objective=nll", *SMOKE, f"root={root}",
+            f"sweep.n_trials={n_trials}", f"hydra.run.dir={root}/logs", *extra]  # fmt: skip
+
+
+def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(sweep_cmd(tmp_path, 5), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # kill once 2 trials are done (a third is usually running)
+        time.sleep(0.5)
+        if (tmp_path / "sweeps.db").exists():
+            try:
+                finished, _, _ = study_counts(tmp_path, "crime__nll__paper")
+            except Exception:  # study not created yet
+                continue
+            if finished >= 2:
+                break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at, _, _ = study_counts(tmp_path, "crime__nll__paper")
+    assert 2 <= killed_at < 5
+    again = subprocess.run(sweep_cmd(tmp_path, 5), env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    finished, running, statuses = study_counts(tmp_path, "crime__nll__paper")
+    assert (finished, running) == (5, 0), statuses
+    assert statuses.get("ok", 0) + statuses.get("diverged", 0) + statuses.get("invalid_config", 0) == 5
+    assert (tmp_path / "crime" / "nll" / "sweep" / "best.json").is_file()
+
+
+def test_two_workers_on_one_storage_finish_exactly_n_trials(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # create the study first so both workers find it (avoids a create race in SQLite)
+    first = subprocess.run(sweep_cmd(tmp_path, 1), env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    workers = [subprocess.Popen(sweep_cmd(tmp_path, 5, f"sweep.worker={w}"), env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
+    for w in workers:
+        _, err = w.communicate(timeout=400)
+        assert w.returncode == 0, err[-2000:]
+    finished, running, statuses = study_counts(tmp_path, "crime__nll__paper")
+    assert (finished, running) == (5, 0), statuses
+
+
+def test_seed_rerun_resumes_without_recomputing_finished_seeds(tmp_path):
+    base = ["dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "seeds_run.use_best=false"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.seeds import run_seeds
+
+        run_seeds(compose("seeds", overrides=[*base, "seeds.n_seeds=2", "seeds_run.vectorized=false"]))
+        seeds_dir = tmp_path / "crime" / "nll" / "seeds"
+        before = {p: p.stat().st_mtime_ns for p in seeds_dir.glob("seed*/metrics.json")}
+        assert len(before) == 2
+        (seeds_dir / "seed1" / "metrics.json").unlink()  # as if killed while seed 1 was training
+        summary = run_seeds(compose("seeds", overrides=[*base, "seeds.n_seeds=3", "seeds_run.vectorized=false"]))
+    assert (seeds_dir / "seed0" / "metrics.json").stat().st_mtime_ns == before[seeds_dir / "seed0" / "metrics.json"]
+    assert all((seeds_dir / f"seed{k}" / "metrics.json").is_file() for k in range(3))
+    assert set(summary["n"]) == {3}
+
+
+def _cell(text: str, mean: float, se: float, scale: float = 1.0) -> bool:
+    return f"{mean * scale:.3f} $\\pm$ {se * scale:.3f}" in text
+
+
+def test_smoke_reproduction_tables_equal_the_seed_aggregates(tmp_path):
+    common = [*SMOKE, f"root={tmp_path}", "seeds_run.vectorized=false", "sweep.n_trials=1"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.reproduce import reproduce
+
+        reg = compose("reproduce", overrides=[*common, "task=regression", "reproduce.datasets=[crime]",
+                                              "reproduce.objectives=[nll,nll_mmd]", "reproduce.sample_sizes=[1]"])  # fmt: skip
+        reproduce(reg, common)
+        cls = compose("reproduce", overrides=[*common, "task=classification", "reproduce.datasets=[breast-cancer]",
+                                              "reproduce.objectives=[xe,xe_mmd]"])  # fmt: skip
+        results_csv = reproduce(cls, common)
+    results = pd.read_csv(results_csv)
+    assert {"crime", "breast-cancer"} <= set(results.dataset)
+    tables = tmp_path / "tables"
+    # every aggregate equals the mean / SE of the seeds' metrics.json values
+    for (ds, obj, key, recal, flavour, metric) in [("crime", "nll_mmd", "test/qce", "none", "exact", "qce"),
+                                                   ("crime", "nll", "official/test_recal/nll", "post-hoc", "official", "nll"),
+                                                   ("breast-cancer", "xe_mmd", "test/acc", "none", "exact", "acc"),
+                                                   ("breast-cancer", "xe", "test_recal/ece", "post-hoc", "exact", "ece")]:  # fmt: skip
+        values = np.array([json.loads(p.read_text())[key] for p in (tmp_path / ds / obj / "seeds").glob("seed*/metrics.json")])
+        row = results[(results.dataset == ds) & (results.objective == obj) & (results.recalibrator == recal)
+                      & (results.flavour == flavour) & (results.metric == metric)].iloc[0]  # fmt: skip
+        assert row["n"] == len(values) == 2
+        assert row["mean"] == pytest.approx(values.mean(), rel=1e-12)
+        assert row["se"] == pytest.approx(values.std(ddof=1) / np.sqrt(len(values)), rel=1e-9)
+        table = {"crime": "table3_regression", "breast-cancer": "table5_classification_tempscaling" if recal != "none" else "table4_classification"}[ds]
+        tex = (tables / f"{table}_{flavour}.tex").read_text()
+        assert _cell(tex, row["mean"], row["se"], 100.0 if metric == "acc" else 1.0), (table, metric)
+    for name in ("table6_sample_size_exact.tex", "table7_decision_kernel_official.tex", "claims.md", "comparison_exact.md"):
+        assert (tables / name).is_file()
+    claims = (tables / "claims.md").read_text()
+    assert re.search(r"NLL \+ MMD has lower QCE than NLL", claims)
