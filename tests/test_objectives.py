@@ -27,7 +27,11 @@ def test_loss_is_base_plus_weight_times_regulariser():
 
 def test_nll_on_classes_is_cross_entropy_and_mmd_drops_sample_parameters():
     g = torch.Generator().manual_seed(2)
-    logits, y, x = torch.randn(16, 3, generator=g), torch.randint(0, 3, (16,), generator=g), torch.randn(16, 4, generator=g)
+    logits, y, x = (
+        torch.randn(16, 3, generator=g),
+        torch.randint(0, 3, (16,), generator=g),
+        torch.randn(16, 4, generator=g),
+    )
     obj = Objective("nll_mmd", "classification", "mmd", 1.0,
                     {"form": "individual", "num_samples": 10, "pairing": "index", "bandwidth_y": 1.0, "bandwidth_z": 4.0})  # fmt: skip
     loss, base, reg = obj(logits, x, y)
@@ -40,7 +44,11 @@ def test_classification_regularisers_have_gradients(reg):
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(24, 3, generator=g, requires_grad=True)
     y, x = torch.randint(0, 3, (24,), generator=g), torch.randn(24, 5, generator=g)
-    params = {"mmd": {"bandwidth_y": 0.5, "bandwidth_z": 5.0}, "mmce": {"bandwidth": 0.4}, "kde": {"p": 1, "bandwidth": 0.1}}[reg]
+    params = {
+        "mmd": {"bandwidth_y": 0.5, "bandwidth_z": 5.0},
+        "mmce": {"bandwidth": 0.4},
+        "kde": {"p": 1, "bandwidth": 0.1},
+    }[reg]
     loss, _, r = Objective(f"xe_{reg}", "classification", reg, 1.0, params)(logits, x, y)
     loss.backward()
     assert torch.isfinite(r) and torch.isfinite(logits.grad).all() and logits.grad.abs().sum() > 0

@@ -21,7 +21,8 @@ from kcal.train import CONFIG_DIR
 from .data.conftest import mirror_has
 
 pytestmark = pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("breast-cancer")), reason="crime/breast-cancer not available offline"
+    not (mirror_has("crime") and mirror_has("breast-cancer")),
+    reason="crime/breast-cancer not available offline",
 )
 SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
 
@@ -34,7 +35,9 @@ def study_counts(root: Path, name: str) -> tuple[int, int, dict]:
     trials = study.get_trials(deepcopy=False)
     statuses = {}
     for t in trials:
-        statuses[t.user_attrs.get("kcal_status", t.state.name)] = statuses.get(t.user_attrs.get("kcal_status", t.state.name), 0) + 1
+        statuses[t.user_attrs.get("kcal_status", t.state.name)] = (
+            statuses.get(t.user_attrs.get("kcal_status", t.state.name), 0) + 1
+        )
     finished, running = counted(study)
     return finished, running, statuses
 
@@ -46,7 +49,9 @@ def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
 
 def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(sweep_cmd(tmp_path, 5), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        sweep_cmd(tmp_path, 5), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once 2 trials are done (a third is usually running)
         time.sleep(0.5)
@@ -93,8 +98,12 @@ def test_seed_rerun_resumes_without_recomputing_finished_seeds(tmp_path):
         before = {p: p.stat().st_mtime_ns for p in seeds_dir.glob("seed*/metrics.json")}
         assert len(before) == 2
         (seeds_dir / "seed1" / "metrics.json").unlink()  # as if killed while seed 1 was training
-        summary = run_seeds(compose("seeds", overrides=[*base, "seeds.n_seeds=3", "seeds_run.vectorized=false"]))
-    assert (seeds_dir / "seed0" / "metrics.json").stat().st_mtime_ns == before[seeds_dir / "seed0" / "metrics.json"]
+        summary = run_seeds(
+            compose("seeds", overrides=[*base, "seeds.n_seeds=3", "seeds_run.vectorized=false"])
+        )
+    assert (seeds_dir / "seed0" / "metrics.json").stat().st_mtime_ns == before[
+        seeds_dir / "seed0" / "metrics.json"
+    ]
     assert all((seeds_dir / f"seed{k}" / "metrics.json").is_file() for k in range(3))
     assert set(summary["n"]) == {3}
 
@@ -122,16 +131,31 @@ def test_smoke_reproduction_tables_equal_the_seed_aggregates(tmp_path):
                                                    ("crime", "nll", "official/test_recal/nll", "post-hoc", "official", "nll"),
                                                    ("breast-cancer", "xe_mmd", "test/acc", "none", "exact", "acc"),
                                                    ("breast-cancer", "xe", "test_recal/ece", "post-hoc", "exact", "ece")]:  # fmt: skip
-        values = np.array([json.loads(p.read_text())[key] for p in (tmp_path / ds / obj / "seeds").glob("seed*/metrics.json")])
+        values = np.array(
+            [
+                json.loads(p.read_text())[key]
+                for p in (tmp_path / ds / obj / "seeds").glob("seed*/metrics.json")
+            ]
+        )
         row = results[(results.dataset == ds) & (results.objective == obj) & (results.recalibrator == recal)
                       & (results.flavour == flavour) & (results.metric == metric)].iloc[0]  # fmt: skip
         assert row["n"] == len(values) == 2
         assert row["mean"] == pytest.approx(values.mean(), rel=1e-12)
         assert row["se"] == pytest.approx(values.std(ddof=1) / np.sqrt(len(values)), rel=1e-9)
-        table = {"crime": "table3_regression", "breast-cancer": "table5_classification_tempscaling" if recal != "none" else "table4_classification"}[ds]
+        table = {
+            "crime": "table3_regression",
+            "breast-cancer": "table5_classification_tempscaling"
+            if recal != "none"
+            else "table4_classification",
+        }[ds]
         tex = (tables / f"{table}_{flavour}.tex").read_text()
         assert _cell(tex, row["mean"], row["se"], 100.0 if metric == "acc" else 1.0), (table, metric)
-    for name in ("table6_sample_size_exact.tex", "table7_decision_kernel_official.tex", "claims.md", "comparison_exact.md"):
+    for name in (
+        "table6_sample_size_exact.tex",
+        "table7_decision_kernel_official.tex",
+        "claims.md",
+        "comparison_exact.md",
+    ):
         assert (tables / name).is_file()
     claims = (tables / "claims.md").read_text()
     assert re.search(r"NLL \+ MMD has lower QCE than NLL", claims)

@@ -14,7 +14,8 @@ from kcal.train import CONFIG_DIR, ConfigError, run
 from .data.conftest import mirror_has
 
 pytestmark = pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("breast-cancer")), reason="crime/breast-cancer not available offline"
+    not (mirror_has("crime") and mirror_has("breast-cancer")),
+    reason="crime/breast-cancer not available offline",
 )
 SMALL = ["trainer.max_epochs=2", "trainer.min_epochs=0", "trainer.progress_bar=false", "save_checkpoint=true"]
 REGRESSION = ["dataset=crime", "dataset.max_train_rows=256"]

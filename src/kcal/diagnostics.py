@@ -41,4 +41,7 @@ def decision_curves(outputs, y: torch.Tensor, threshold: float, prefix: str, see
     y = y.double()
     g = torch.Generator(device=mean.device).manual_seed(seed)
     exact = rm.dce(Normal(mean, std, validate_args=False), y, threshold)
-    return {f"{prefix}/dce": float(exact), f"{prefix}/dce_official": float(official_curve_dce(mean, std, y, threshold, g))}
+    return {
+        f"{prefix}/dce": float(exact),
+        f"{prefix}/dce_official": float(official_curve_dce(mean, std, y, threshold, g)),
+    }

@@ -19,7 +19,10 @@ from kcal.metrics import official as om
 from kcal.metrics import regression as rm
 from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator
 
-RECALIBRATORS = {"regression": ("auto", "none", "isotonic", "conformal"), "classification": ("auto", "none", "temperature")}
+RECALIBRATORS = {
+    "regression": ("auto", "none", "isotonic", "conformal"),
+    "classification": ("auto", "none", "temperature"),
+}
 AUTO_RECALIBRATOR = {"regression": "conformal", "classification": "temperature"}
 OFFICIAL_REGRESSION_BATCH = 128
 OFFICIAL_CLASSIFICATION_BATCH = 8
@@ -28,7 +31,9 @@ MAX_KCE_BANDWIDTH_ROWS = 1000
 
 def resolve_recalibrator(name: str, task: str) -> str:
     if name not in RECALIBRATORS[task]:
-        raise ValueError(f"recalibrator {name!r} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}")
+        raise ValueError(
+            f"recalibrator {name!r} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
+        )
     return AUTO_RECALIBRATOR[task] if name == "auto" else name
 
 
@@ -92,7 +97,9 @@ def regression_official(forecast, y, threshold: float, generator: torch.Generato
     return {
         "nll": om.official_regression_nll(density or forecast, y, batch_size=OFFICIAL_REGRESSION_BATCH),
         "qce": om.official_qce(u, batch_size=OFFICIAL_REGRESSION_BATCH),
-        "dce": om.official_dce(forecast, y, threshold, batch_size=OFFICIAL_REGRESSION_BATCH, generator=generator),
+        "dce": om.official_dce(
+            forecast, y, threshold, batch_size=OFFICIAL_REGRESSION_BATCH, generator=generator
+        ),
     }
 
 
@@ -112,7 +119,9 @@ def classification_predictions(model, data: DatasetSplits) -> dict[str, torch.Te
 def evaluate_regression(model, data: DatasetSplits, recalibrator: str, threshold: float, seed: int,
                         preds: dict | None = None) -> dict:  # fmt: skip
     p = preds if preds is not None else regression_predictions(model, data)
-    mv, sv, yv, mt, st, yt = (p[k] for k in ("val_mean", "val_std", "val_y", "test_mean", "test_std", "test_y"))
+    mv, sv, yv, mt, st, yt = (
+        p[k] for k in ("val_mean", "val_std", "val_y", "test_mean", "test_std", "test_y")
+    )
     c = threshold * data.info.y_scale
     fv, ft = Normal(mv, sv, validate_args=False), Normal(mt, st, validate_args=False)
     gen = torch.Generator(device=yt.device).manual_seed(seed)
@@ -124,7 +133,9 @@ def evaluate_regression(model, data: DatasetSplits, recalibrator: str, threshold
         recal = make_quantile_recalibrator(name).fit(rm.pit(fv, yv))
         rt = recal.forecast(ft)
         out |= _prefixed("test_recal", regression_exact(rt, yt, c))
-        out |= _prefixed("official/test_recal", regression_official(rt, yt, c, gen, _FiniteDifferenceDensity(rt)))
+        out |= _prefixed(
+            "official/test_recal", regression_official(rt, yt, c, gen, _FiniteDifferenceDensity(rt))
+        )
     return out
 
 
@@ -154,10 +165,16 @@ def evaluate_classification(model, data: DatasetSplits, recalibrator: str, objec
     xt = data.test.x.double()
     pv, pt = torch.softmax(lv, -1), torch.softmax(lt, -1)
     bw_x, bw_y = median_sq_distance(xt), 1.0  # one fixed kernel for every method (unlike reference Q4)
-    out = _prefixed("val", {"acc": cm.accuracy(pv, yv), "ece": cm.ece(pv, yv), "nll": torch.nn.functional.cross_entropy(lv, yv)})
+    out = _prefixed(
+        "val",
+        {"acc": cm.accuracy(pv, yv), "ece": cm.ece(pv, yv), "nll": torch.nn.functional.cross_entropy(lv, yv)},
+    )
     out |= _prefixed("test", classification_exact(pt, yt, xt, bw_x, bw_y))
     out["test/kce_bandwidth_x"] = bw_x
-    official_kw = {"batch_size": OFFICIAL_CLASSIFICATION_BATCH, "objective": official_objective_name(objective)}
+    official_kw = {
+        "batch_size": OFFICIAL_CLASSIFICATION_BATCH,
+        "objective": official_objective_name(objective),
+    }
     out |= _prefixed("official/test", om.official_classification_metrics(pt, yt, xt, **official_kw))
     name = resolve_recalibrator(recalibrator, "classification")
     if name != "none":
@@ -169,6 +186,8 @@ def evaluate_classification(model, data: DatasetSplits, recalibrator: str, objec
         p_cal = official_scaler.transform(torch.log(pt + 1e-10))
         out |= _prefixed(
             "official/test_recal",
-            om.official_classification_metrics(p_cal, yt, xt, kce_probs=torch.softmax(p_cal, -1), **official_kw),
+            om.official_classification_metrics(
+                p_cal, yt, xt, kce_probs=torch.softmax(p_cal, -1), **official_kw
+            ),
         )
     return out

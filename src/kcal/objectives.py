@@ -31,7 +31,9 @@ TASKS = ("regression", "classification")
 LOG_2PI = math.log(2 * math.pi)
 
 
-def gaussian_nll(mean: torch.Tensor, std: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def gaussian_nll(
+    mean: torch.Tensor, std: torch.Tensor, y: torch.Tensor, reduction: str = "mean"
+) -> torch.Tensor:
     """``-log N(y; mean, std^2) = log std + (y - mean)^2 / (2 std^2) + log(2 pi) / 2``, mean or sum."""
     nll = torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI
     return nll.mean() if reduction == "mean" else nll.sum()
@@ -56,7 +58,9 @@ class Objective:
                 f"valid: {', '.join(str(v) for v in valid)}"
             )
         if self.weight < 0 or not math.isfinite(self.weight):
-            raise ValueError(f"objective {self.name!r}: weight must be a finite number >= 0, got {self.weight}")
+            raise ValueError(
+                f"objective {self.name!r}: weight must be a finite number >= 0, got {self.weight}"
+            )
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"objective reduction must be 'mean' or 'sum', got {self.reduction!r}")
         self.params = dict(self.params)
@@ -78,7 +82,11 @@ class Objective:
             from kcal.mmd import regression_mmd
 
             mean, std = outputs
-            extra = {"eps": eps} if eps is not None else ({"generator": generator} if generator is not None else {})
+            extra = (
+                {"eps": eps}
+                if eps is not None
+                else ({"generator": generator} if generator is not None else {})
+            )
             return regression_mmd(mean, std, y, x, **self.params, **extra)
         probs = torch.softmax(outputs, dim=-1)
         if self.regularizer == "mmd":

@@ -23,7 +23,10 @@ from kcal.seeds import collect, run_seeds
 from kcal.sweep import sweep
 from kcal.train import CONFIG_DIR, ConfigError
 
-OBJECTIVES = {"regression": ["nll", "nll_mmd", "nll_mmd_tanh"], "classification": ["xe", "xe_mmce", "xe_kde", "xe_mmd"]}
+OBJECTIVES = {
+    "regression": ["nll", "nll_mmd", "nll_mmd_tanh"],
+    "classification": ["xe", "xe_mmce", "xe_kde", "xe_mmd"],
+}
 DATASETS = {"regression": list(PAPER_REGRESSION), "classification": list(PAPER_CLASSIFICATION)}
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
@@ -76,7 +79,10 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     results = collect(root)
     results_csv = root / "results.csv"
     results.to_csv(results_csv, index=False)
-    print(f"results: {results_csv} ({len(results)} rows) after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    print(
+        f"results: {results_csv} ({len(results)} rows) after {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr,
+    )
     if skipped:
         print("not run (files not available): " + ", ".join(skipped), file=sys.stderr)
     if cfg.reproduce.tables:

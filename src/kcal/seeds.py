@@ -49,7 +49,9 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
 
     study_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     best_from = str(cfg.seeds_run.best_from)
-    study_cfg.sweep.study_name = str(cfg.sweep.study_name).replace(f"__{cfg.objective.name}__", f"__{best_from}__")
+    study_cfg.sweep.study_name = str(cfg.sweep.study_name).replace(
+        f"__{cfg.objective.name}__", f"__{best_from}__"
+    )
     try:
         best = best_trial(open_study(study_cfg, create=False))
     except KeyError:
@@ -113,14 +115,29 @@ def aggregate(dirs: list[Path], dataset: str, label: str) -> pd.DataFrame:
                 per_seed.append(m)
     rows = []
     for prefix, (recal, flavour) in PREFIXES.items():
-        keys = sorted({k for m in per_seed for k in m if k.startswith(prefix) and "/" not in k[len(prefix):]})
+        keys = sorted(
+            {k for m in per_seed for k in m if k.startswith(prefix) and "/" not in k[len(prefix) :]}
+        )
         for key in keys:
-            values = np.array([m[key] for m in per_seed if key in m and isinstance(m[key], int | float)], dtype=float)
+            values = np.array(
+                [m[key] for m in per_seed if key in m and isinstance(m[key], int | float)], dtype=float
+            )
             values = values[np.isfinite(values)]
             if values.size == 0:
                 continue
             se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else float("nan")
-            rows.append([dataset, label, recal, flavour, key[len(prefix):], float(values.mean()), se, int(values.size)])
+            rows.append(
+                [
+                    dataset,
+                    label,
+                    recal,
+                    flavour,
+                    key[len(prefix) :],
+                    float(values.mean()),
+                    se,
+                    int(values.size),
+                ]
+            )
     return pd.DataFrame(rows, columns=TIDY_COLUMNS)
 
 

@@ -56,7 +56,9 @@ def storage_url(cfg: DictConfig) -> str:
 
 def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
     url = storage_url(cfg)
-    storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {})
+    storage = optuna.storages.RDBStorage(
+        url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    )
     sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
                                          n_startup_trials=int(cfg.sweep.n_startup_trials))  # fmt: skip
     direction = "minimize" if get_spec(cfg.dataset.name).task == "regression" else "maximize"
@@ -72,7 +74,10 @@ def search_space(cfg: DictConfig) -> dict[str, dict]:
     if cfg.objective.name not in objectives:
         raise ConfigError(f"hparams_search={space.name} has no entry for objective {cfg.objective.name}; "
                           f"it covers: {', '.join(objectives)}")  # fmt: skip
-    merged = {**OmegaConf.to_container(space.common), **OmegaConf.to_container(objectives[cfg.objective.name])}
+    merged = {
+        **OmegaConf.to_container(space.common),
+        **OmegaConf.to_container(objectives[cfg.objective.name]),
+    }
     return merged
 
 
@@ -84,7 +89,9 @@ def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
         elif all(isinstance(dist[k], int) for k in ("low", "high")) and not dist.get("log"):
             params[path] = trial.suggest_int(path, dist["low"], dist["high"])
         else:
-            params[path] = trial.suggest_float(path, float(dist["low"]), float(dist["high"]), log=bool(dist.get("log")))
+            params[path] = trial.suggest_float(
+                path, float(dist["low"]), float(dist["high"]), log=bool(dist.get("log"))
+            )
     return params
 
 
@@ -140,7 +147,9 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("pid", os.getpid())
     finished, running = counted(study)
-    earlier_running = sum(t.state == TrialState.RUNNING and t.number < trial.number for t in study.get_trials(deepcopy=False))
+    earlier_running = sum(
+        t.state == TrialState.RUNNING and t.number < trial.number for t in study.get_trials(deepcopy=False)
+    )
     if finished + earlier_running >= int(cfg.sweep.n_trials):
         trial.set_user_attr(STATUS, "surplus")
         study.tell(trial, state=TrialState.FAIL)
@@ -184,7 +193,9 @@ def _n_val(cfg: DictConfig) -> int:
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     if not done:
-        raise RuntimeError(f"study {study.study_name!r} has no completed trial; run `python -m kcal.sweep` first")
+        raise RuntimeError(
+            f"study {study.study_name!r} has no completed trial; run `python -m kcal.sweep` first"
+        )
     return study.best_trial
 
 

@@ -31,10 +31,10 @@ from kcal.data.dataset import DatasetSplits, Split
 from kcal.evaluation import (
     RECALIBRATORS,
     classification_predictions,
-    regression_predictions,
     evaluate_classification,
     evaluate_regression,
     median_sq_distance,
+    regression_predictions,
     resolve_recalibrator,
 )
 from kcal.models import build_model
@@ -81,7 +81,9 @@ def validate(cfg: DictConfig, data: DatasetSplits) -> None:
             f"{task}; choose one of: {', '.join(objective_names(task))}"
         )
     if cfg.recalibrator.name not in RECALIBRATORS[task]:
-        raise ConfigError(f"recalibrator={cfg.recalibrator.name} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}")
+        raise ConfigError(
+            f"recalibrator={cfg.recalibrator.name} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
+        )
     n_train = len(data.train)
     checks = [
         (t.batch_size >= 2, f"trainer.batch_size must be >= 2 (BatchNorm and the MMD U-statistic need pairs), got {t.batch_size}"),
@@ -159,7 +161,9 @@ class FitResult:
 def prepare(cfg: DictConfig) -> Prepared:
     """Load and validate data and config; resolve ``median`` bandwidths and the decision threshold."""
     torch.distributions.Distribution.set_default_validate_args(False)
-    data = subsample(load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows)
+    data = subsample(
+        load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows
+    )
     validate(cfg, data)
     threshold = decision_threshold(cfg, data)
     return Prepared(cfg, data, objective_from_config(cfg, data, threshold), threshold)
@@ -167,7 +171,9 @@ def prepare(cfg: DictConfig) -> Prepared:
 
 def model_factory(prep: Prepared):
     m, info = prep.cfg.model, prep.data.info
-    return lambda: build_model(m.kind, info.task, info.d, info.m, m.widths, m.batchnorm, m.get("min_std", 0.05))
+    return lambda: build_model(
+        m.kind, info.task, info.d, info.m, m.widths, m.batchnorm, m.get("min_std", 0.05)
+    )
 
 
 def build(prep: Prepared, seed: int) -> torch.nn.Module:
@@ -182,12 +188,17 @@ def fit(prep: Prepared, model: torch.nn.Module, out: Path) -> tuple[CalibrationM
         quiet_lightning()
     module = CalibrationModule(model, prep.objective, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
                                seed=cfg.seed, threshold=prep.threshold, log_dce=cfg.trainer.log_dce)  # fmt: skip
-    datamodule = TensorDataModule(prep.data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed)
+    datamodule = TensorDataModule(
+        prep.data, cfg.trainer.batch_size, cfg.trainer.eval_batch_size, seed=cfg.seed
+    )
     monitor = cfg.trainer.monitor
     mode = "max" if monitor.endswith("acc") else "min"
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor=monitor, mode=mode,
                                               save_top_k=1, save_last=False, enable_version_counter=False)  # fmt: skip
-    callbacks = [checkpoint, pl.callbacks.EarlyStopping(monitor=monitor, mode=mode, patience=cfg.trainer.patience)]
+    callbacks = [
+        checkpoint,
+        pl.callbacks.EarlyStopping(monitor=monitor, mode=mode, patience=cfg.trainer.patience),
+    ]
     if cfg.trainer.progress_bar:
         callbacks.append(pl.callbacks.TQDMProgressBar(refresh_rate=50))
     trainer = pl.Trainer(
@@ -234,7 +245,9 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
                                          seeding.eval_seed(seed), preds)  # fmt: skip
         else:
             preds = classification_predictions(model, on_device)
-            values = evaluate_classification(model, on_device, cfg.recalibrator.name, cfg.objective.name, preds)
+            values = evaluate_classification(
+                model, on_device, cfg.recalibrator.name, cfg.objective.name, preds
+            )
         save_predictions(preds, out / "predictions.npz")
         if cfg.get("figures", False):  # per-run figures (kcal.figures); a figure error never fails the run
             try:
@@ -277,7 +290,10 @@ def write_history(history: list[dict], path: Path) -> None:
     """Per-epoch values as CSV (columns: the union of keys, epoch first)."""
     keys = sorted({k for row in history for k in row} - {"epoch"})
     lines = [",".join(["epoch", *keys])]
-    lines += [",".join([str(row["epoch"]), *(repr(float(row[k])) if k in row else "" for k in keys)]) for row in history]
+    lines += [
+        ",".join([str(row["epoch"]), *(repr(float(row[k])) if k in row else "" for k in keys)])
+        for row in history
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -302,7 +318,10 @@ def main(cfg: DictConfig) -> float | None:
         print(f"config error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     status = metrics["status"]
-    print(f"status={status} " + " ".join(f"{k}={metrics[k]:.4g}" for k in sorted(metrics) if k.startswith("test/")))
+    print(
+        f"status={status} "
+        + " ".join(f"{k}={metrics[k]:.4g}" for k in sorted(metrics) if k.startswith("test/"))
+    )
     return metrics.get("val/nll")
 
 

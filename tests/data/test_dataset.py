@@ -39,7 +39,11 @@ def test_shapes_counts_and_splits(name):
     info = ds.info
     assert (info.n_raw, info.n_used, info.d, info.m) == (n_raw, n_used, d, m)
     sizes = tuple(len(s) for s in (ds.train, ds.val, ds.test))
-    assert sizes == split_sizes(n_used) == (int(0.7 * n_used), int(0.1 * n_used), n_used - int(0.7 * n_used) - int(0.1 * n_used))
+    assert (
+        sizes
+        == split_sizes(n_used)
+        == (int(0.7 * n_used), int(0.1 * n_used), n_used - int(0.7 * n_used) - int(0.1 * n_used))
+    )
     for s in (ds.train, ds.val, ds.test):
         assert s.x.dtype == torch.float32 and s.x.shape[1] == d
         assert torch.isfinite(s.x).all()

@@ -67,7 +67,9 @@ def test_full_load_path_with_a_verified_synthetic_file(name, fname, writer, tmp_
     mirror.mkdir(parents=True)
     writer(mirror / fname)
     real = get_spec(name)
-    fake = registry.DatasetSpec(**{**real.__dict__, "files": (RawFile((FileSpec(fname, git_blob=git_blob_file(mirror / fname)),)),)})
+    fake = registry.DatasetSpec(
+        **{**real.__dict__, "files": (RawFile((FileSpec(fname, git_blob=git_blob_file(mirror / fname)),)),)}
+    )
     monkeypatch.setenv("KCAL_DATA_DIR", str(tmp_path / "mirror"))
     monkeypatch.setattr(dataset_mod, "get_spec", lambda n: fake)
     ds = load(name)

@@ -29,7 +29,9 @@ def test_checksums_match_the_mirror_manifest():
     manifest = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "manifest.json"
     if not manifest.is_file():
         pytest.skip("shared/datasets/manifest.json not beside the checkout")
-    by_path = {f["path"].split("/", 1)[1]: f["sha256"] for e in json.loads(manifest.read_text()) for f in e["files"]}
+    by_path = {
+        f["path"].split("/", 1)[1]: f["sha256"] for e in json.loads(manifest.read_text()) for f in e["files"]
+    }
     for name in dataset_names():
         for raw in get_spec(name).files:
             for form in raw.forms:

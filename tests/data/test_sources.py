@@ -6,7 +6,7 @@ import pytest
 
 from kcal.data import ChecksumError, DatasetUnavailableError, load
 from kcal.data.registry import get_spec
-from kcal.data.sources import git_blob_file, locate
+from kcal.data.sources import git_blob_file
 
 from .conftest import needs, real_path
 
