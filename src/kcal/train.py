@@ -253,7 +253,7 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
             try:
                 from kcal.figures import draw_run_figures
 
-                draw_run_figures(out, config=cfg)
+                draw_run_figures(out, config=cfg, seed=seed)
             except Exception as exc:  # noqa: BLE001
                 import logging
 

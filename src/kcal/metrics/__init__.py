@@ -7,6 +7,7 @@
 """
 
 from kcal.metrics.classification import accuracy, classwise_ece, ece, entropy, kce
+from kcal.metrics.local import lce, lce_total
 from kcal.metrics.official import (
     official_classification_metrics,
     official_dce,
@@ -34,6 +35,8 @@ __all__ = [
     "ece",
     "entropy",
     "kce",
+    "lce",
+    "lce_total",
     "as_forecast",
     "crps_gaussian",
     "dce",
