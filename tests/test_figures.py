@@ -233,3 +233,30 @@ def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tm
         metrics = run(cfg, tmp_path / "broken")
     assert metrics["status"] == "ok" and (tmp_path / "broken" / "metrics.json").is_file()
     assert any("boom" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.skipif(
+    not (mirror_has("crime") and mirror_has("crop-yield")), reason="crime/crop-yield not available offline"
+)
+@pytest.mark.parametrize("dataset", ["crime", "crop-yield"])
+def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objective(dataset):
+    from kcal.data import load
+    from kcal.evaluation import median_sq_distance
+    from kcal.figures.local import compose_local_config, resolve_phi_bandwidth
+    from kcal.train import decision_threshold, objective_from_config
+
+    cfg = compose_local_config(dataset, "nll_mmd_local")
+    assert cfg.objective.params.bandwidth_z == 2.5  # plain `python -m kcal.train` uses this number
+    cfg = resolve_phi_bandwidth(cfg)
+    feats = list(cfg.objective.params.features)
+    assert feats == list(cfg.dataset.local_features) and len(feats) == 2
+    data = load(dataset, protocol=cfg.dataset.protocol, seed=cfg.seed)
+    assert cfg.objective.params.bandwidth_z == pytest.approx(median_sq_distance(data.train.x[:, feats]))
+    assert cfg.trainer.max_epochs == 100 and cfg.recalibrator.name == "conformal"
+    objective = objective_from_config(cfg, data, decision_threshold(cfg, data))
+    x, y = data.train.x[:64], data.train.y[:64]
+    loss, base, reg = objective(
+        (y + 0.1, torch.ones_like(y)), x, y, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.isfinite(loss) and reg != 0
+    assert compose_local_config(dataset, "nll").objective.name == "nll"

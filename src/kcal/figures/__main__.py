@@ -6,6 +6,10 @@
                                  [--override KEY=VALUE ...] [--lce-bandwidth BW]
     python -m kcal.figures all [<root>] [--local-root DIR]
 
+``<root>`` is a ``kcal.reproduce`` output root, ``outputs/reproduce/<profile>`` (default
+``outputs/reproduce/full``); local-calibration runs live in ``outputs/local_calibration``. ``all`` is what
+``make figures`` runs: ``python -m kcal.figures all outputs/reproduce/$(PROFILE)``.
+
 Exit status 0 on success, 2 when an input is missing (the message names the command producing it).
 """
 
@@ -18,7 +22,7 @@ from pathlib import Path
 from kcal.data import DatasetUnavailableError
 from kcal.figures._common import MissingInputError
 
-DEFAULT_ROOT = Path("outputs/reproduction")
+DEFAULT_ROOT = Path("outputs/reproduce/full")  # kcal.reproduce: root = outputs/reproduce/<profile>
 
 
 def _print_paths(paths) -> None:

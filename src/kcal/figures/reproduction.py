@@ -50,7 +50,10 @@ from kcal.figures.run import (
 DCE_OBJECTIVES = ("nll", "nll_mmd", "nll_mmd_tanh")
 DCE_METRICS = {"dce": "exact DCE (whole split)", "dce_official": "DCE, authors' curve (128-row batches)"}
 SPLITS = {"train": "train split", "val": "validation split"}
-PRODUCER = "the reproduction runner (kcal.train runs written to <root>/<dataset>/<objective>/seeds/seed<k>/)"
+PRODUCER = (
+    "`python -m kcal.reproduce task=regression|classification profile=<profile>` (make reproduce-regression / "
+    "reproduce-classification), whose root is outputs/reproduce/<profile>"
+)
 _SEED = re.compile(r"^seed(\d+)$")
 
 
