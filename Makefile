@@ -43,5 +43,10 @@ reproduce-classification: install
 bench: install
 	$(PY) -m kcal.bench $(ARGS)
 
+# Redraw every figure from existing results (no training): reproduction figures, per-run figures,
+# and the local-calibration maps when their runs exist (train them with `python -m kcal.figures local --train`).
+figures: install
+	$(PY) -m kcal.figures all outputs/reproduce/$(PROFILE) $(ARGS)
+
 clean-venv:
 	rm -rf $(VENV)
