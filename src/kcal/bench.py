@@ -1,0 +1,574 @@
+"""Speed benchmark: MMD overhead, Lightning-loop overhead, vectorised seeds, whole-protocol estimate.
+
+    python -m kcal.bench                      # the table (CPU, and CUDA when available)
+    python -m kcal.bench --quick              # seconds: tiny subsets, 1 repeat (used by the tests)
+    python -m kcal.bench --estimate           # + wall-time estimate of the paper's whole protocol
+    python -m kcal.bench --datasets crime adult --repeats 5 --threads 1
+
+Measured in one process, side by side; every timing is repeated ``--repeats`` times and the median is
+reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estimate.md``) under ``--out``
+(default ``outputs/bench``).
+
+* ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.train.fit``, Lightning) with the base
+  loss vs base + MMD (``nll`` vs ``nll_mmd`` on regression, ``xe`` vs ``xe_mmd`` on classification).
+  Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off.
+* ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
+  batches (``TensorBatches``), objective, Adam, clipping and validation.
+* ``seeds``: S seeds of ``run_seeds`` (vectorised) vs S sequential ``kcal.train.run`` calls vs one run, fixed
+  epochs (early stopping off), wall time including evaluation and writing; also the training part alone.
+
+All runs use ``trainer.log_dce=false`` and ``figures=false`` (the per-epoch DCE curves and the per-run
+matplotlib figures are diagnostics, not training); the whole-protocol estimate keeps the config's
+evaluation defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import csv
+import io
+import logging
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from kcal import seeding
+from kcal import train as T
+from kcal.data.batches import TensorBatches
+from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
+from kcal.objectives import gaussian_nll
+
+REGRESSION_DATASETS = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
+CLASSIFICATION_DATASETS = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")
+OBJECTIVES = {
+    "regression": ("nll", "nll_mmd", "nll_mmd_tanh"),
+    "classification": ("xe", "xe_mmce", "xe_kde", "xe_mmd"),
+}
+PAIRS = {"regression": ("nll", "nll_mmd"), "classification": ("xe", "xe_mmd")}
+# datasets whose full files are not in the offline mirror: synthetic data of the paper's shape (n, d)
+SYNTHETIC_SHAPES = {
+    "medical-expenditure": (33005, 107),
+    "superconductivity": (21263, 81),
+    "fb-comment": (40949, 53),
+}
+TARGETS = {"mmd_overhead": 1.1, "loop_overhead": 1.2, "seeds_vs_one": 3.0}
+BASE = [
+    "trainer.progress_bar=false",
+    "trainer.log_dce=false",
+    "save_checkpoint=false",
+    "trainer.min_epochs=0",
+]
+NO_FIGURES = ["++figures=false"]  # per-run matplotlib figures (train.finalize) are not training
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------
+def compose_cfg(*overrides: str, protocol_defaults: bool = False) -> DictConfig:
+    """The train config with ``overrides``; diagnostics off unless ``protocol_defaults`` (then only the
+    progress bar is off: the configuration exactly as the reproduction runs it)."""
+    base = ["trainer.progress_bar=false"] if protocol_defaults else [*BASE, *NO_FIGURES]
+    with initialize_config_dir(config_dir=T.CONFIG_DIR, version_base="1.3"):
+        return compose("train", overrides=[*base, *overrides])
+
+
+def no_early_stopping(epochs: int) -> list[str]:
+    return [
+        f"trainer.max_epochs={epochs}",
+        f"trainer.min_epochs={epochs}",
+        f"trainer.patience={epochs + 1000}",
+    ]
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence Lightning's banners and warnings during timed runs."""
+    names = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric", "kcal")
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            for n, level in levels.items():
+                logging.getLogger(n).setLevel(level)
+
+
+def synthetic(name: str, seed: int = 0) -> DatasetSplits:
+    """Random regression data of a missing dataset's paper shape, split 70/10/20."""
+    n, d = SYNTHETIC_SHAPES[name]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = (x[:, : min(5, d)].sum(1) + torch.randn(n, generator=g)) / 3
+    a, b = int(0.7 * n), int(0.8 * n)
+    info = DatasetInfo(name=name, task="regression", protocol="official", split_seed=1, n_raw=n, n_used=n, d=d,
+                       m=None, y_center=0.0, y_scale=1.0, sources={"synthetic": f"randn({n}, {d})"})  # fmt: skip
+    return DatasetSplits(Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]), info)
+
+
+def prepare(cfg: DictConfig) -> T.Prepared:
+    """``kcal.train.prepare``, or the same on synthetic data for a dataset absent offline."""
+    try:
+        return T.prepare(cfg)
+    except Exception:
+        if cfg.dataset.name not in SYNTHETIC_SHAPES:
+            raise
+    data = synthetic(cfg.dataset.name)
+    T.validate(cfg, data)
+    threshold = T.decision_threshold(cfg, data)
+    return T.Prepared(cfg, data, T.objective_from_config(cfg, data, threshold), threshold)
+
+
+def available(name: str) -> bool:
+    from kcal.data.registry import get_spec
+    from kcal.data.sources import locate
+
+    try:
+        locate(get_spec(name), download=False)
+        return True
+    except Exception:
+        return False
+
+
+def task_of(name: str) -> str:
+    from kcal.data.registry import get_spec
+
+    return get_spec(name).task
+
+
+@dataclass
+class Row:
+    device: str
+    measure: str
+    dataset: str
+    objective: str
+    a_label: str
+    a_seconds: float
+    b_label: str
+    b_seconds: float
+    ratio: float  # b / a
+    target: float | None = None
+    repeats: int = 1
+    note: str = ""
+
+    @property
+    def met(self) -> str:
+        if self.target is None or math.isnan(self.ratio):
+            return ""
+        return "yes" if self.ratio <= self.target else "NO"
+
+
+# ------------------------------------------------------------------------------------------------
+# measurements
+# ------------------------------------------------------------------------------------------------
+def fixed_epochs(prep: T.Prepared, epochs: int) -> T.Prepared:
+    """``prep`` with exactly ``epochs`` epochs (min = max, patience beyond reach)."""
+    cfg = copy.deepcopy(prep.cfg)
+    cfg.trainer.max_epochs, cfg.trainer.min_epochs, cfg.trainer.patience = epochs, epochs, epochs + 1000
+    return replace(prep, cfg=cfg)
+
+
+def fit_seconds(prep: T.Prepared, epochs: int) -> float:
+    """Wall time of ``kcal.train.fit`` (Lightning) for exactly ``epochs`` epochs."""
+    p = fixed_epochs(prep, epochs)
+    model = T.build(p, p.cfg.seed)
+    with tempfile.TemporaryDirectory() as d, quiet():
+        t0 = time.perf_counter()
+        T.fit(p, model, Path(d))
+        return time.perf_counter() - t0
+
+
+def lightning_epoch_seconds(prep: T.Prepared, epochs: tuple[int, int], repeats: int) -> tuple[float, float]:
+    """(median seconds per epoch excluding setup, median setup seconds) from fits of e1 and e2 epochs."""
+    e1, e2 = epochs
+    per_epoch, setup = [], []
+    fit_seconds(prep, e1)  # warm-up: first-call costs (allocator, kernels, probes) are not per-epoch work
+    for _ in range(repeats):
+        t1, t2 = fit_seconds(prep, e1), fit_seconds(prep, e2)
+        per_epoch.append((t2 - t1) / (e2 - e1))
+        setup.append(t1 - e1 * per_epoch[-1])
+    return statistics.median(per_epoch), statistics.median(setup)
+
+
+def bare_loop_epoch_seconds(prep: T.Prepared, epochs: int, device: torch.device) -> float:
+    """Median seconds per epoch of a minimal torch loop doing the same work as ``kcal.train.fit``: the same
+    model, batches, objective (with its noise stream), Adam, clipping, and per-epoch validation (objective
+    on ``eval_batch_size`` chunks and the whole-split NLL)."""
+    cfg, obj = prep.cfg, prep.objective
+    model = T.build(prep, cfg.seed).to(device)
+    train, val = prep.data.train.to(device), prep.data.val.to(device)
+    batches = TensorBatches(train.x, train.y, cfg.trainer.batch_size, shuffle=True, drop_last=True,
+                            seed=seeding.shuffle_seed(cfg.seed))  # fmt: skip
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+    noise = seeding.generator(seeding.noise_seed(cfg.seed), device)
+    clip = cfg.trainer.gradient_clip_val
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        model.train()
+        for x, y in batches:
+            loss, _, _ = obj(model(x), x, y, generator=noise)
+            opt.zero_grad()
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            gen = seeding.generator(seeding.eval_seed(cfg.seed), device)
+            total, outs = 0.0, []
+            for s in range(0, len(val), cfg.trainer.eval_batch_size):
+                x, y = val.x[s : s + cfg.trainer.eval_batch_size], val.y[s : s + cfg.trainer.eval_batch_size]
+                out = model(x)
+                loss = obj(out, x, y, generator=gen)[0] if x.shape[0] >= 2 else obj.base(out, y)
+                total = total + loss * x.shape[0]
+                outs.append(out)
+            if prep.task == "regression":
+                mean, std = (torch.cat(parts) for parts in zip(*outs, strict=True))
+                val_nll = gaussian_nll(mean, std, val.y)
+            else:
+                val_nll = torch.nn.functional.cross_entropy(torch.cat(outs), val.y)
+            float(total / len(val)), float(val_nll)  # one host sync, as the Lightning module
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:] if len(times) > 1 else times)
+
+
+def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:
+    """(wall seconds, training seconds) of one ``kcal.train.run``."""
+    with quiet():
+        t0 = time.perf_counter()
+        T.run(cfg, out)
+        wall = time.perf_counter() - t0
+    import json
+
+    return wall, json.loads((out / "run.json").read_text())["train_seconds"]
+
+
+def run_vectorized(cfg: DictConfig, seeds: list[int], root: Path) -> tuple[float, float]:
+    """(wall seconds, training seconds) of ``run_seeds`` over ``seeds``."""
+    import json
+
+    from kcal.vectorized import run_seeds
+
+    with quiet():
+        t0 = time.perf_counter()
+        run_seeds(cfg, seeds, [root / f"seed{s}" for s in seeds], progress=False)
+        wall = time.perf_counter() - t0
+    return wall, json.loads((root / f"seed{seeds[0]}" / "run.json").read_text())["vectorized"][
+        "chunk_train_seconds"
+    ]
+
+
+# ------------------------------------------------------------------------------------------------
+# the benchmark table
+# ------------------------------------------------------------------------------------------------
+def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
+    rows: list[Row] = []
+    acc = ["trainer.accelerator=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
+    small = [f"dataset.max_train_rows={args.max_train_rows}"] if args.max_train_rows else []
+    e1, e2 = args.epoch_pair
+    for name in args.datasets:
+        if not available(name) and name not in SYNTHETIC_SHAPES:
+            log(f"skip {name}: not available offline")
+            continue
+        task = task_of(name)
+        base_obj, mmd_obj = PAIRS[task]
+        per = {}
+        for obj in (base_obj, mmd_obj):
+            prep = prepare(compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small))
+            per[obj], setup = lightning_epoch_seconds(prep, (e1, e2), args.repeats)
+            log(f"[{device}] {name} {obj}: {per[obj] * 1e3:.1f} ms/epoch (setup {setup:.2f} s)")
+            if name in args.loop_datasets:
+                bare = statistics.median(bare_loop_epoch_seconds(prep, e2 + 1, torch.device(device))
+                                         for _ in range(args.repeats))  # fmt: skip
+                log(f"[{device}] {name} {obj}: bare torch loop {bare * 1e3:.1f} ms/epoch")
+                rows.append(Row(device, "loop_overhead", name, obj, "bare torch loop", bare, "kcal (Lightning)",
+                                per[obj], per[obj] / bare, TARGETS["loop_overhead"], args.repeats,
+                                "s/epoch, validation included, log_dce off"))  # fmt: skip
+        rows.append(Row(device, "mmd_overhead", name, f"{base_obj} vs {mmd_obj}", base_obj, per[base_obj], mmd_obj,
+                        per[mmd_obj], per[mmd_obj] / per[base_obj], TARGETS["mmd_overhead"], args.repeats,
+                        "s/epoch (kcal.train.fit), validation included"))  # fmt: skip
+    if args.seeds_dataset and (available(args.seeds_dataset) or args.seeds_dataset in SYNTHETIC_SHAPES):
+        rows += bench_seeds(device, acc, small, args, log)
+    return rows
+
+
+def bench_seeds(device: str, acc: list[str], small: list[str], args, log) -> list[Row]:
+    name, n, epochs = args.seeds_dataset, args.seeds, args.seed_epochs
+    task = task_of(name)
+    rows = []
+    for obj in args.seed_objectives or (PAIRS[task][0],):
+        cfg = compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small, *no_early_stopping(epochs))
+        seeds = list(range(n))
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            from kcal.vectorized import member_config
+
+            singles = [run_single(member_config(cfg, s), root / f"single{s}") for s in seeds]
+            seq_wall = sum(w for w, _ in singles)
+            seq_train = sum(t for _, t in singles)
+            one_wall = statistics.median(w for w, _ in singles)
+            one_train = statistics.median(t for _, t in singles)
+            vec = []
+            for r in range(args.repeats):
+                vec.append(run_vectorized(cfg, seeds, root / f"vec{r}"))
+                shutil.rmtree(root / f"vec{r}", ignore_errors=True)
+            vec_wall = statistics.median(w for w, _ in vec)
+            vec_train = statistics.median(t for _, t in vec)
+        log(f"[{device}] {name} {obj} x{n} seeds, {epochs} epochs: vectorised {vec_wall:.1f} s (train {vec_train:.1f} s), "
+            f"sequential {seq_wall:.1f} s (train {seq_train:.1f} s), one run {one_wall:.2f} s (train {one_train:.2f} s)")  # fmt: skip
+        note = f"{n} seeds, {epochs} epochs, early stopping off"
+        rows += [
+            Row(device, "seeds_vs_sequential", name, obj, f"{n} sequential runs", seq_wall, f"{n} vectorised", vec_wall,
+                vec_wall / seq_wall, None, n, note + "; wall incl. evaluation; sequential = sum of the runs"),
+            Row(device, "seeds_vs_one", name, obj, "one run", one_wall, f"{n} vectorised", vec_wall, vec_wall / one_wall,
+                TARGETS["seeds_vs_one"], args.repeats, note + "; wall incl. evaluation (one run: median of the runs)"),
+            Row(device, "seeds_fit_vs_sequential", name, obj, f"{n} sequential runs", seq_train, f"{n} vectorised",
+                vec_train, vec_train / seq_train, None, n, note + "; fit only (trainer.fit / the vectorised loop)"),
+            Row(device, "seeds_fit_vs_one", name, obj, "one run", one_train, f"{n} vectorised", vec_train,
+                vec_train / one_train, None, args.repeats, note + "; fit only (trainer.fit / the vectorised loop)"),
+        ]  # fmt: skip
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    head = ["device", "measure", "dataset", "objective", "a", "a [s]", "b", "b [s]", "b/a", "target", "met"]
+    body = [[r.device, r.measure, r.dataset, r.objective, r.a_label, f"{r.a_seconds:.4g}", r.b_label,
+             f"{r.b_seconds:.4g}", f"{r.ratio:.2f}x", "" if r.target is None else f"<= {r.target}x", r.met]
+            for r in rows]  # fmt: skip
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *body, strict=True)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def markdown(rows: list[Row], title: str, header: list[str], cells: Callable) -> str:
+    out = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in cells(r)) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def write_rows(rows: list[Row], out: Path, env: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fields = ["device", "measure", "dataset", "objective", "a_label", "a_seconds", "b_label", "b_seconds", "ratio",
+              "target", "met", "repeats", "note"]  # fmt: skip
+    with open(out / "bench.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(fields)
+        for r in rows:
+            w.writerow([getattr(r, k) if k != "met" else r.met for k in fields])
+    md = markdown(rows, "kcal benchmark", ["device", "measure", "dataset", "objective", "a", "a [s]", "b", "b [s]",
+                                           "b/a", "target", "met", "note"],
+                  lambda r: [r.device, r.measure, r.dataset, r.objective, r.a_label, f"{r.a_seconds:.4g}", r.b_label,
+                             f"{r.b_seconds:.4g}", f"{r.ratio:.2f}x", "" if r.target is None else f"<= {r.target}x",
+                             r.met, r.note])  # fmt: skip
+    (out / "bench.md").write_text(md + "\n" + env + "\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# whole-protocol estimate
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Estimate:
+    dataset: str
+    objective: str
+    n_train: int
+    d: int
+    single_epoch: float  # s/epoch, one Lightning run
+    single_fixed: float  # s per run outside the epochs: prepare + Lightning setup + evaluation
+    vec_epoch: float  # s/epoch for all members of a vectorised chunk
+    finalize: float  # s per member (evaluation + writing)
+    synthetic: bool
+
+    def hours(self, epochs: float, trials: int, seeds: int) -> tuple[float, float]:
+        sweep = trials * (self.single_fixed + epochs * self.single_epoch)
+        seed = epochs * self.vec_epoch + seeds * self.finalize
+        return sweep / 3600, seed / 3600
+
+
+def estimate_one(name: str, obj: str, seeds: int, log) -> Estimate:
+    from kcal.vectorized import Member, _Trainer
+
+    # as the protocol runs it: the config's defaults (per-epoch DCE curves and per-run figures included)
+    cfg = compose_cfg(
+        f"dataset={name}", f"objective={obj}", "trainer.accelerator=cpu", protocol_defaults=True
+    )
+    t0 = time.perf_counter()
+    prep = prepare(cfg)
+    prep_s = time.perf_counter() - t0
+    per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), 1)
+    model = T.build(prep, 0)
+    with tempfile.TemporaryDirectory() as d, quiet():
+        p = fixed_epochs(prep, 1)
+        module, result = T.fit(p, model, Path(d))
+        t0 = time.perf_counter()
+        T.finalize(p, module.model, result, Path(d), 0)
+        finalize_s = time.perf_counter() - t0
+    members = [Member(seed=s, cfg=cfg, out=Path("."), shuffle=torch.Generator().manual_seed(s),
+                      noise=seeding.generator(seeding.noise_seed(s))) for s in range(seeds)]  # fmt: skip
+    trainer = _Trainer(prep, members, torch.device("cpu"))
+    t0 = time.perf_counter()
+    trainer.train_epoch()
+    trainer.validate()
+    vec_epoch = time.perf_counter() - t0
+    e = Estimate(name, obj, len(prep.data.train), prep.data.info.d, per_epoch, prep_s + setup + finalize_s, vec_epoch,
+                 finalize_s, prep.data.info.sources.get("synthetic") is not None)  # fmt: skip
+    log(f"estimate {name} {obj}: single {per_epoch:.3f} s/epoch (+{e.single_fixed:.2f} s/run), "
+        f"{seeds} vectorised {vec_epoch:.2f} s/epoch, evaluation {finalize_s:.2f} s/run")  # fmt: skip
+    return e
+
+
+def whole_protocol(args, log) -> tuple[list[Estimate], str]:
+    estimates = []
+    for name in args.estimate_datasets:
+        if not available(name) and name not in SYNTHETIC_SHAPES:
+            log(f"estimate: skip {name} (not available offline, no synthetic shape)")
+            continue
+        for obj in OBJECTIVES[task_of(name)]:
+            estimates.append(estimate_one(name, obj, args.seeds, log))
+    return estimates, format_estimate(estimates, args)
+
+
+def format_estimate(estimates: list[Estimate], args) -> str:
+    trials, seeds = args.trials, args.seeds
+    lines = [f"Whole-protocol estimate on this machine ({os.cpu_count()} CPU cores, {torch.get_num_threads()} torch "
+             f"threads): {trials} sweep trials (sequential single runs, default widths/batch size) + {seeds} seeds "
+             f"(vectorised) per (dataset, objective); epochs per run: {args.protocol_epochs[0]} "
+             f"(= max_epochs, upper bound) and {args.protocol_epochs[1]} (typical early-stopping length).", ""]  # fmt: skip
+    head = ["dataset", "objective", "n_train", "d", "s/epoch 1 run", "s/epoch x" + str(seeds), "eval s/run"]
+    head += [f"h @{e} ep (sweep+seeds)" for e in args.protocol_epochs]
+    table = [head]
+    totals = [0.0 for _ in args.protocol_epochs]
+    for e in estimates:
+        row = [e.dataset + (" (synthetic)" if e.synthetic else ""), e.objective, str(e.n_train), str(e.d),
+               f"{e.single_epoch:.3f}", f"{e.vec_epoch:.2f}", f"{e.finalize:.2f}"]  # fmt: skip
+        for i, ep in enumerate(args.protocol_epochs):
+            sweep, seed = e.hours(ep, trials, seeds)
+            totals[i] += sweep + seed
+            row.append(f"{sweep + seed:.1f} ({sweep:.1f}+{seed:.1f})")
+        table.append(row)
+    table.append(["TOTAL", "", "", "", "", "", ""] + [f"{t:.0f} h = {t / 24:.1f} days" for t in totals])
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# command line
+# ------------------------------------------------------------------------------------------------
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m kcal.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny subsets, 1 repeat, 3 seeds (seconds)")
+    ap.add_argument("--datasets", nargs="+", default=None, help="default: crime blog adult dry-bean")
+    ap.add_argument("--loop-datasets", nargs="+", default=None, help="datasets for the bare-loop comparison")
+    ap.add_argument("--repeats", type=int, default=None, help="timings per measurement (median; default 3)")
+    ap.add_argument("--epoch-pair", type=int, nargs=2, default=None, help="e1 e2 for per-epoch timing (1 3)")
+    ap.add_argument("--max-train-rows", type=int, default=None, help="subsample training rows")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds for the vectorised benchmark (50)")
+    ap.add_argument("--seed-epochs", type=int, default=None, help="fixed epochs of the seeds benchmark (20)")
+    ap.add_argument(
+        "--seeds-dataset", default=None, help="dataset of the seeds benchmark (crime); '' skips it"
+    )
+    ap.add_argument(
+        "--seed-objectives", nargs="+", default=None, help="objectives of the seeds benchmark (nll)"
+    )
+    ap.add_argument(
+        "--devices", nargs="+", default=None, help="cpu and/or cuda (default: cpu, cuda if available)"
+    )
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    ap.add_argument("--estimate", action="store_true", help="also estimate the paper's whole protocol")
+    ap.add_argument("--estimate-only", action="store_true", help="only the whole-protocol estimate")
+    ap.add_argument("--estimate-datasets", nargs="+", default=None, help="default: the paper's 10 datasets")
+    ap.add_argument("--trials", type=int, default=100)
+    ap.add_argument("--protocol-epochs", type=int, nargs=2, default=[200, 100], help="upper bound, typical")
+    ap.add_argument("--out", type=Path, default=Path("outputs/bench"))
+    args = ap.parse_args(argv)
+    q = args.quick
+    args.datasets = args.datasets or (
+        ["crime", "breast-cancer"] if q else ["crime", "blog", "adult", "dry-bean"]
+    )
+    args.loop_datasets = args.loop_datasets or (["crime"] if q else ["crime", "adult"])
+    args.repeats = args.repeats or (1 if q else 3)
+    args.epoch_pair = args.epoch_pair or ((1, 2) if q else (1, 3))
+    args.max_train_rows = args.max_train_rows or (256 if q else None)
+    args.seeds = args.seeds or (3 if q else 50)
+    args.seed_epochs = args.seed_epochs or (2 if q else 20)
+    args.seeds_dataset = "crime" if args.seeds_dataset is None else args.seeds_dataset
+    args.devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    args.estimate_datasets = args.estimate_datasets or list(REGRESSION_DATASETS + CLASSIFICATION_DATASETS)
+    return args
+
+
+def environment() -> str:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs "
+            f"({platform.processor() or platform.machine()}), CUDA: {cuda}, load average {load[0]}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.distributions.Distribution.set_default_validate_args(False)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    env = environment()
+    log(env)
+    rows: list[Row] = []
+    if not args.estimate_only:
+        for device in args.devices:
+            if device == "cuda" and not torch.cuda.is_available():
+                log("skip cuda: not available")
+                continue
+            rows += bench_device(device, args, log)
+        write_rows(rows, args.out, env)
+        print(format_table(rows))
+        print(env)
+        print(f"wrote {args.out / 'bench.csv'} and {args.out / 'bench.md'}")
+    if args.estimate or args.estimate_only:
+        estimates, text = whole_protocol(args, log)
+        args.out.mkdir(parents=True, exist_ok=True)
+        with open(args.out / "estimate.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["dataset", "objective", "n_train", "d", "synthetic", "single_s_per_epoch", "single_fixed_s",
+                        f"vectorised_{args.seeds}_s_per_epoch", "eval_s_per_run",
+                        *[f"hours_at_{e}_epochs" for e in args.protocol_epochs]])  # fmt: skip
+            for e in estimates:
+                w.writerow([e.dataset, e.objective, e.n_train, e.d, e.synthetic, e.single_epoch, e.single_fixed,
+                            e.vec_epoch, e.finalize, *[sum(e.hours(ep, args.trials, args.seeds))
+                                                      for ep in args.protocol_epochs]])  # fmt: skip
+        (args.out / "estimate.md").write_text("```\n" + text + "\n```\n\n" + env + "\n")
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,689 @@
+"""Train K seeds of one configuration at once, as one batched model, each member exactly as alone.
+
+    from kcal.vectorized import run_seeds
+    metrics = run_seeds(cfg, seeds=[0, 1, 2], out_dirs=[Path("s0"), Path("s1"), Path("s2")])
+
+The networks are tiny MLPs, so a single run is dominated by per-step overhead (Python, Lightning,
+kernel launches). Here the K members' weights are stacked along a leading dimension and every layer runs
+once for all members (``baddbmm`` for linear layers; BatchNorm as one ``batch_norm`` call over K x width
+channels), so one optimiser step trains K networks.
+
+**Equivalence.** Member k reproduces ``kcal.train.run`` with ``seed=k`` (see :mod:`kcal.seeding`): its
+initial weights come from ``kcal.train.build(prep, k)``; its batch order from its own generator seeded
+``shuffle_seed(k)`` (one ``randperm`` per epoch, as :class:`kcal.data.batches.TensorBatches`); its MMD
+forecast draws from its own generator seeded ``noise_seed(k)`` with exactly the call that
+``regression_mmd`` makes, passed to the objective as ``eps=``; its validation draws from a generator
+re-seeded ``eval_seed(k)`` every validation epoch. The Lightning semantics of :func:`kcal.train.fit` are
+replayed per member: Adam(lr, weight_decay) (element-wise, so stacking does not change it), gradient-norm
+clipping over all of the member's parameters, drop_last training batches, validation in
+``eval_batch_size`` chunks weighted by rows, running bests, ModelCheckpoint (first epoch always saved,
+then strict improvement; NaN counts as the worst value) and EarlyStopping (patience, stop on a non-finite
+monitored value, ``min_epochs`` / ``max_epochs`` as Lightning's fit loop applies them), divergence on a
+non-finite mean training loss. A member that stops is removed from the stack (with its optimiser state),
+so it costs nothing afterwards and cannot affect the others; a diverging member's NaNs stay in its own
+slices (no operation mixes members).
+
+On CPU the forward and backward passes, clipping and Adam are bit-identical to the single model (checked
+in ``tests/test_vectorized.py``). The regulariser and the validation objective are evaluated per member
+with the very code of :class:`kcal.objectives.Objective` (``kcal.mmd``'s fast paths are not ``vmap``-able
+and the random streams must match), so they are bit-identical too. The one known non-bit-identical value
+is the recorded *training* loss of cross-entropy objectives: the batched cross-entropy sums a batch in a
+different order than ``F.cross_entropy(reduction="mean")`` (a few ulps on ``train/loss``/``train/base`` in
+``history.csv``; gradients are identical, ``metrics.json`` is unaffected).
+
+Under ``dataset.protocol=clean`` the data split (and so ``median`` bandwidths and the decision threshold)
+depends on the seed, so members would not share their data: ``run_seeds`` then falls back to sequential
+``kcal.train.run`` calls, as it does for a model it cannot stack.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch import nn
+
+from kcal import seeding
+from kcal import train as _train
+from kcal.models.mlp import GaussianMLP, SoftmaxMLP
+from kcal.objectives import Objective, gaussian_nll
+
+log = logging.getLogger(__name__)
+
+STACKABLE = (GaussianMLP, SoftmaxMLP)
+
+
+# ------------------------------------------------------------------------------------------------
+# Public API
+# ------------------------------------------------------------------------------------------------
+def run_seeds(cfg: DictConfig, seeds: list[int], out_dirs: list[Path], chunk_size: int | None = None,
+              progress: bool = True) -> list[dict]:  # fmt: skip
+    """Train ``cfg`` once per seed and write, for each, what ``kcal.train.run`` writes.
+
+    Members are trained side by side as one batched model, in chunks of at most ``chunk_size`` members
+    (None: all at once). Each ``out_dirs[i]`` receives ``config.yaml`` (with ``seed=seeds[i]``),
+    ``metrics.json``, ``history.csv``, ``predictions.npz``, ``run.json`` and, when ``cfg.save_checkpoint``,
+    ``checkpoints/best.pt`` (the best weights' ``state_dict``). Returns the metrics dicts in seed order.
+    """
+    seeds = [int(s) for s in seeds]
+    out_dirs = [Path(d) for d in out_dirs]
+    if len(seeds) != len(out_dirs):
+        raise ValueError(f"got {len(seeds)} seeds but {len(out_dirs)} output directories")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+    if not seeds:
+        return []
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+    cfgs = [member_config(cfg, s) for s in seeds]
+    reason = _sequential_reason(cfg)
+    if reason is None:
+        prep = _train.prepare(cfgs[0])
+        model = _train.build(prep, seeds[0])
+        if not isinstance(model, STACKABLE):
+            reason = f"model {type(model).__name__} cannot be stacked"
+    if reason is not None:
+        log.info("kcal.vectorized: training sequentially (%s)", reason)
+        return [_train.run(c, d) for c, d in zip(cfgs, out_dirs, strict=True)]
+
+    size = len(seeds) if chunk_size is None else int(chunk_size)
+    results: list[dict] = []
+    for start in range(0, len(seeds), size):
+        idx = range(start, min(start + size, len(seeds)))
+        results += _run_chunk(prep, [seeds[i] for i in idx], [cfgs[i] for i in idx], [out_dirs[i] for i in idx],
+                              progress)  # fmt: skip
+    return results
+
+
+def member_config(cfg: DictConfig, seed: int) -> DictConfig:
+    """``cfg`` with ``seed`` set (a deep copy; the caller's config is not modified)."""
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        out.seed = int(seed)
+    return out
+
+
+def _sequential_reason(cfg: DictConfig) -> str | None:
+    if cfg.dataset.protocol != "official":
+        # the split, the normalisation statistics, 'median' bandwidths and the decision threshold all
+        # depend on the seed: the members would not share their data, so there is nothing to batch
+        return f"dataset.protocol={cfg.dataset.protocol}: the data split depends on the seed"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# The stacked network
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LinearPlan:
+    """Which parts of a stacked linear layer run batched (True) or member by member (False)."""
+
+    forward: bool = True
+    grad_input: bool = True
+    grad_weight: bool = True
+    grad_bias: bool = True
+
+
+_LINEAR_PLANS: dict[tuple, LinearPlan] = {}
+_BN_PLANS: dict[tuple, bool] = {}
+
+
+def _probe_tensors(device, dtype, *shapes):
+    gen = torch.Generator(device=device).manual_seed(12345)
+    return [torch.randn(s, generator=gen, device=device, dtype=dtype) for s in shapes]
+
+
+def linear_plan(k: int, b: int, d: int, o: int, device: torch.device, dtype: torch.dtype) -> LinearPlan:
+    """Probe, once per shape, whether the batched kernels (``baddbmm``/``bmm``/``sum``) give bit for bit
+    what ``F.linear`` and its autograd give for each member alone.
+
+    They usually do (BLAS runs the same micro-kernel on each matrix), but not for every shape and
+    position: on MKL, e.g., the weight gradient of a member whose (2 x 23) block is not 64-byte aligned
+    differs in the last bit between ``bmm`` and ``mm``. Every member is probed; a part that differs for
+    any member runs as a loop over members with the single model's own formulas (autograd of
+    ``addmm``: ``grad @ W``, ``grad.T @ x``, ``grad.sum(0)``), which match by construction.
+    """
+    key = (k, b, d, o, str(device), dtype)
+    plan = _LINEAR_PLANS.get(key)
+    if plan is None:
+        x, w, bias, g = _probe_tensors(device, dtype, (k, b, d), (k, o, d), (k, o), (k, b, o))
+        batched = (torch.baddbmm(bias.unsqueeze(1), x, w.transpose(1, 2)), torch.bmm(g, w),
+                   torch.bmm(g.transpose(1, 2), x), g.sum(1))  # fmt: skip
+        same = [True] * 4
+        for i in range(k):
+            xi, wi, bi = (t[i].clone().requires_grad_() for t in (x, w, bias))
+            with torch.enable_grad():
+                out = F.linear(xi, wi, bi)
+                out.backward(g[i])
+            ref = (out.detach(), xi.grad, wi.grad, bi.grad)
+            same = [s and torch.equal(bt[i], r) for s, bt, r in zip(same, batched, ref, strict=True)]
+        plan = _LINEAR_PLANS[key] = LinearPlan(*same)
+    return plan
+
+
+class _StackedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, bias, plan: LinearPlan):
+        ctx.save_for_backward(x, w)
+        ctx.plan = plan
+        if plan.forward:
+            return torch.baddbmm(bias.unsqueeze(1), x, w.transpose(1, 2))
+        return torch.stack([F.linear(x[i], w[i], bias[i]) for i in range(x.shape[0])])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        plan, k = ctx.plan, x.shape[0]
+        grad = grad.contiguous()  # the single model's addmm receives a contiguous gradient
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = torch.bmm(grad, w) if plan.grad_input else torch.stack([grad[i].mm(w[i]) for i in range(k)])
+        if ctx.needs_input_grad[1]:
+            gw = (torch.bmm(grad.transpose(1, 2), x) if plan.grad_weight
+                  else torch.stack([grad[i].t().mm(x[i]) for i in range(k)]))  # fmt: skip
+        if ctx.needs_input_grad[2]:
+            gb = grad.sum(1) if plan.grad_bias else torch.stack([grad[i].sum(0) for i in range(k)])
+        return gx, gw, gb, None
+
+
+def stacked_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``F.linear`` of each member, differentiable: x (K, B, d), w (K, o, d), bias (K, o) -> (K, B, o)."""
+    x = x.contiguous()  # the single model's activations are contiguous
+    k, b, d = x.shape
+    return _StackedLinear.apply(x, w, bias, linear_plan(k, b, d, w.shape[1], x.device, x.dtype))
+
+
+def _batch_norm_batched(h, running_mean, running_var, weight, bias, momentum, eps):
+    """Training-mode BatchNorm of K members as one call over (B, K*w) channels."""
+    k, b, width = h.shape
+    flat = h.transpose(0, 1).reshape(b, k * width)
+    out = F.batch_norm(flat, running_mean.view(-1), running_var.view(-1), weight.reshape(-1), bias.reshape(-1),
+                       True, momentum, eps)  # fmt: skip
+    return out.reshape(b, k, width).transpose(0, 1)
+
+
+def _batch_norm_looped(h, running_mean, running_var, weight, bias, momentum, eps):
+    return torch.stack([F.batch_norm(h[i], running_mean[i], running_var[i], weight[i], bias[i], True, momentum, eps)
+                        for i in range(h.shape[0])])  # fmt: skip
+
+
+def batch_norm_plan(k: int, b: int, width: int, momentum: float, eps: float, device, dtype) -> bool:
+    """Whether the one-call BatchNorm equals per-member ``F.batch_norm`` bit for bit (outputs, running
+    statistics, gradients), probed once per shape; it does not when a member's channels straddle the
+    kernel's vector tail (e.g. widths that are not a multiple of 8 on AVX-512)."""
+    key = (k, b, width, momentum, eps, str(device), dtype)
+    ok = _BN_PLANS.get(key)
+    if ok is None:
+        h, w, bias, mean, g = _probe_tensors(
+            device, dtype, (k, b, width), (k, width), (k, width), (k, width), (k, b, width)
+        )
+        results = []
+        for fn in (_batch_norm_batched, _batch_norm_looped):
+            hh, ww, bb = (t.clone().requires_grad_() for t in (h, w, bias))
+            rm, rv = mean.clone(), mean.abs() + 0.5
+            with torch.enable_grad():
+                out = fn(hh, rm, rv, ww, bb, momentum, eps).contiguous()
+                out.backward(g)
+            results.append((out.detach(), rm, rv, hh.grad, ww.grad, bb.grad))
+        ok = _BN_PLANS[key] = all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+    return ok
+
+
+class StackedMLP:
+    """K copies of a :class:`~kcal.models.mlp.GaussianMLP` / :class:`~kcal.models.mlp.SoftmaxMLP` with
+    their parameters and buffers stacked along dim 0.
+
+    In training mode ``forward(x)`` takes ``x`` of shape (K, B, d) and runs each layer once for all
+    members (where a probe shows that this is bit-identical, see :func:`linear_plan` and
+    :func:`batch_norm_plan`). In eval mode (no gradients; validation and whole-split predictions) it calls
+    the single network's own ``forward`` once per member through ``torch.func.functional_call`` on shared
+    rows ``x`` (n, d) (or per-member rows (K, n, d)): identical by construction, and as fast as batching
+    there, because large evaluation batches are compute-bound.
+    """
+
+    def __init__(self, models: list[nn.Module]):
+        ref = models[0]
+        if not isinstance(ref, STACKABLE) or any(type(m) is not type(ref) for m in models):
+            raise TypeError(f"can only stack models of one of {[c.__name__ for c in STACKABLE]}")
+        self.kind = type(ref)
+        self.min_std = float(getattr(ref, "min_std", 0.0))
+        self.layers: list[tuple] = []
+        modules = [(f"body.{i}", m) for i, m in enumerate(ref.body)] + [("head", ref.head)]
+        for prefix, mod in modules:
+            if isinstance(mod, nn.Linear):
+                self.layers.append(("linear", prefix))
+            elif isinstance(mod, nn.BatchNorm1d):
+                if not (mod.affine and mod.track_running_stats) or mod.momentum is None:
+                    raise TypeError("BatchNorm1d must be affine, track running stats and have a momentum")
+                self.layers.append(("bn", prefix, float(mod.eps), float(mod.momentum)))
+            elif isinstance(mod, nn.ReLU):
+                self.layers.append(("relu", prefix))
+            else:
+                raise TypeError(f"cannot stack layer {type(mod).__name__}")
+        self.template = copy.deepcopy(ref).eval()
+        self.param_names = [n for n, _ in ref.named_parameters()]
+        self.buffer_names = [n for n, _ in ref.named_buffers()]
+        named = [(dict(m.named_parameters()), dict(m.named_buffers())) for m in models]
+        with torch.no_grad():
+            self.params = {
+                n: torch.stack([p[n].detach() for p, _ in named]).requires_grad_() for n in self.param_names
+            }
+            self.buffers = {
+                n: torch.stack([b[n].detach() for _, b in named]).clone() for n in self.buffer_names
+            }
+        self.training = True
+
+    @property
+    def members(self) -> int:
+        return next(iter(self.params.values())).shape[0]
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [self.params[n] for n in self.param_names]  # model.parameters() order
+
+    def forward(self, x: torch.Tensor):
+        if not self.training:
+            return self.eval_forward(x)
+        k, b = x.shape[0], x.shape[1]
+        h = x
+        for layer in self.layers:
+            if layer[0] == "linear":
+                h = stacked_linear(h, self.params[layer[1] + ".weight"], self.params[layer[1] + ".bias"])
+            elif layer[0] == "bn":
+                prefix, eps, momentum = layer[1:]
+                args = (self.buffers[prefix + ".running_mean"], self.buffers[prefix + ".running_var"],
+                        self.params[prefix + ".weight"], self.params[prefix + ".bias"], momentum, eps)  # fmt: skip
+                batched = batch_norm_plan(k, b, h.shape[-1], momentum, eps, h.device, h.dtype)
+                h = (_batch_norm_batched if batched else _batch_norm_looped)(h, *args)
+                self.buffers[prefix + ".num_batches_tracked"].add_(1)
+            else:
+                h = torch.relu(h)
+        if self.kind is GaussianMLP:
+            return h[..., 0], torch.exp(h[..., 1]).clamp_min(self.min_std)
+        return h
+
+    __call__ = forward
+
+    @torch.no_grad()
+    def eval_forward(self, x: torch.Tensor, members: list[int] | None = None):
+        """Eval-mode outputs, stacked over members, of shared rows x (n, d) or per-member rows (K, n, d)."""
+        members = range(self.members) if members is None else members
+        outs = []
+        for i in members:
+            state = {n: t[i] for n, t in self.params.items()} | {n: t[i] for n, t in self.buffers.items()}
+            xi = x if x.dim() == 2 else x[i]
+            outs.append(torch.func.functional_call(self.template, state, (xi,), strict=True))
+        if isinstance(outs[0], tuple):
+            return tuple(torch.stack(parts) for parts in zip(*outs, strict=True))
+        return torch.stack(outs)
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only the members at positions ``rows`` (new leaf tensors)."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.params[self.param_names[0]].device)
+        with torch.no_grad():
+            self.params = {n: p.detach()[idx].clone().requires_grad_() for n, p in self.params.items()}
+            self.buffers = {n: b[idx].clone() for n, b in self.buffers.items()}
+
+    def member_state(self, i: int) -> dict[str, torch.Tensor]:
+        """Member ``i``'s ``state_dict`` (keys as the single model's), as copies."""
+        with torch.no_grad():
+            state = {n: self.params[n][i].detach().clone() for n in self.param_names}
+            state |= {n: self.buffers[n][i].clone() for n in self.buffer_names}
+        return state
+
+    def to(self, device) -> StackedMLP:
+        self.template.to(device)
+        with torch.no_grad():
+            self.params = {n: p.detach().to(device).requires_grad_() for n, p in self.params.items()}
+            self.buffers = {n: b.to(device) for n, b in self.buffers.items()}
+        return self
+
+
+def _slice(outputs, i: int):
+    return tuple(t[i] for t in outputs) if isinstance(outputs, tuple) else outputs[i]
+
+
+def _cat(chunks, dim: int = 0):
+    if isinstance(chunks[0], tuple):
+        return tuple(torch.cat(parts, dim=dim) for parts in zip(*chunks, strict=True))
+    return torch.cat(chunks, dim=dim)
+
+
+# ------------------------------------------------------------------------------------------------
+# Optimiser and clipping (per member)
+# ------------------------------------------------------------------------------------------------
+def _adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
+    return torch.optim.Adam(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+
+
+def _compact_optimizer(old: torch.optim.Optimizer, old_params: list[torch.Tensor], new_params: list[torch.Tensor],
+                       rows: torch.Tensor, cfg: DictConfig) -> torch.optim.Adam:  # fmt: skip
+    """A fresh Adam over ``new_params`` whose state is ``old``'s restricted to members ``rows``."""
+    new = _adam(new_params, cfg)
+    for p_old, p_new in zip(old_params, new_params, strict=True):
+        state = old.state.get(p_old)
+        if state:
+            new.state[p_new] = {k: (v.clone() if k == "step" or v.dim() == 0 else v[rows].clone())
+                                for k, v in state.items()}  # fmt: skip
+    return new
+
+
+@torch.no_grad()
+def clip_grad_norm_per_member(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` applied to each member (dim 0) separately, as Lightning's
+    ``gradient_clip_val`` does for one model; returns the (K,) total norms."""
+    grads = [p.grad for p in params if p.grad is not None]
+    k = grads[0].shape[0]
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), 2.0, dim=1) for g in grads], dim=1)
+    total = torch.linalg.vector_norm(norms, 2.0, dim=1)
+    coef = torch.clamp(float(max_norm) / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef.view(k, *([1] * (g.dim() - 1))))
+    return total
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-member bookkeeping (the Lightning callbacks' state)
+# ------------------------------------------------------------------------------------------------
+def _f32(value: float) -> float:
+    """Lightning logs python floats as float32 tensors and compares those."""
+    return float(np.float32(value))
+
+
+@dataclass
+class Member:
+    seed: int
+    cfg: DictConfig
+    out: Path
+    shuffle: torch.Generator
+    noise: torch.Generator
+    history: list[dict] = field(default_factory=list)
+    best: dict[str, float] = field(default_factory=dict)
+    diverged_epoch: int | None = None
+    stop_requested: bool = False  # trainer.should_stop (never reset during fit)
+    es_best: float = math.inf  # EarlyStopping.best_score (sign-adjusted: lower is better)
+    es_wait: int = 0
+    ckpt_score: float | None = None  # ModelCheckpoint best score (sign-adjusted), None before the first save
+    ckpt_epoch: int | None = None
+    ckpt_state: dict | None = None
+    final_state: dict | None = None
+    epochs: int = 0
+
+
+def _monitor_checks(
+    m: Member, row: dict, monitor: str, patience: int, net: StackedMLP, pos: int, epoch: int
+) -> None:
+    """EarlyStopping then ModelCheckpoint on ``monitor`` (Lightning runs checkpoint callbacks last)."""
+    if monitor not in row:
+        raise ValueError(f"trainer.monitor={monitor!r} is not logged; logged keys: {sorted(row)}")
+    sign = -1.0 if monitor.endswith("acc") else 1.0  # mode max for *acc, else min
+    current = _f32(row[monitor]) * sign
+    # EarlyStopping(check_finite=True, min_delta=0): stop on a non-finite value, else strict improvement
+    if not math.isfinite(current):
+        m.stop_requested = True
+    elif current < m.es_best:
+        m.es_best, m.es_wait = current, 0
+    else:
+        m.es_wait += 1
+        if m.es_wait >= patience:
+            m.stop_requested = True
+    # ModelCheckpoint(save_top_k=1): the first epoch is always saved (NaN stored as the worst value)
+    if m.ckpt_score is None or current < m.ckpt_score:
+        m.ckpt_score = math.inf if math.isnan(current) else current
+        m.ckpt_epoch = epoch
+        m.ckpt_state = net.member_state(pos)
+
+
+# ------------------------------------------------------------------------------------------------
+# Training one chunk
+# ------------------------------------------------------------------------------------------------
+def _device(cfg: DictConfig) -> torch.device:
+    acc = str(cfg.trainer.accelerator)
+    if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    if acc == "mps" or (acc == "auto" and torch.backends.mps.is_available()):
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _noise_shape(objective: Objective) -> int | None:
+    """M when a training/validation step of the single run draws ``randn((M, n), generator=g)`` inside
+    ``regression_mmd`` (its only use of the generator), else None."""
+    if not objective.uses_noise or objective.params.get("pairing", "index") == "analytic":
+        return None
+    from kcal.mmd import regression_mmd
+
+    return int(
+        objective.params.get(
+            "num_samples", inspect.signature(regression_mmd).parameters["num_samples"].default
+        )
+    )
+
+
+class _Trainer:
+    """Replays :func:`kcal.train.fit` for K members at once."""
+
+    def __init__(self, prep: _train.Prepared, members: list[Member], device: torch.device):
+        self.prep, self.members, self.device = prep, members, device
+        cfg = prep.cfg
+        self.t = cfg.trainer
+        self.objective = prep.objective
+        self.task = prep.task
+        self.log_dce = bool(self.t.log_dce) and self.task == "regression"
+        self.train_split = prep.data.train.to(device)
+        self.val_split = prep.data.val.to(device)
+        self.noise_samples = _noise_shape(self.objective)
+        models = [_train.build(prep, m.seed) for m in members]
+        self.net = StackedMLP(models).to(device)
+        self.opt = _adam(self.net.parameters(), cfg)
+        self.active = list(range(len(members)))  # member index of each stack position
+        self.base = torch.func.vmap(self.objective.base)
+
+    # ---- one training epoch for the active members -----------------------------------------------
+    def train_epoch(self) -> torch.Tensor:
+        net, t = self.net, self.t
+        x, y = self.train_split.x, self.train_split.y
+        n, bs = x.shape[0], int(t.batch_size)
+        nb = n // bs  # drop_last
+        perms = torch.stack(
+            [torch.randperm(n, device=x.device, generator=self.members[i].shuffle) for i in self.active]
+        )
+        k = len(self.active)
+        sums = torch.zeros(k, 3, device=x.device)
+        net.training = True
+        params = net.parameters()
+        weight = float(self.objective.weight)
+        has_reg = self.objective.regularizer is not None and weight != 0
+        for b in range(nb):
+            idx = perms[:, b * bs : (b + 1) * bs]
+            xb, yb = x[idx], y[idx]
+            outputs = net(xb)
+            base = self.base(outputs, yb)
+            if has_reg:
+                reg = torch.stack([self._regularizer(outputs, xb, yb, i) for i in range(k)])
+                loss = base + weight * reg
+            else:
+                reg = torch.zeros_like(base)
+                loss = base
+            for p in params:
+                p.grad = None
+            loss.sum().backward()
+            if t.gradient_clip_val is not None and t.gradient_clip_val > 0:
+                clip_grad_norm_per_member(params, float(t.gradient_clip_val))
+            self.opt.step()
+            sums += torch.stack([loss.detach(), base.detach(), reg.detach()], dim=1)
+        return sums / max(nb, 1)
+
+    def _regularizer(self, outputs, xb, yb, pos: int) -> torch.Tensor:
+        out_i, x_i, y_i = _slice(outputs, pos), xb[pos], yb[pos]
+        eps = None
+        if self.noise_samples is not None:
+            mean = out_i[0]
+            gen = self.members[self.active[pos]].noise
+            eps = torch.randn(
+                (self.noise_samples, mean.shape[0]), generator=gen, dtype=mean.dtype, device=mean.device
+            )
+        return self.objective.regularization(out_i, x_i, y_i, eps=eps)
+
+    # ---- validation (and the DCE curves) -----------------------------------------------------------
+    @torch.no_grad()
+    def eval_outputs(self, x: torch.Tensor):
+        """Eval-mode outputs (K, n, ...) of all active members on shared rows ``x`` (n, d)."""
+        return self.net.eval_forward(x)
+
+    @torch.no_grad()
+    def validate(self) -> list[dict]:
+        net, t, obj = self.net, self.t, self.objective
+        net.training = False
+        xv, yv = self.val_split.x, self.val_split.y
+        ebs = int(t.eval_batch_size)
+        bounds = [(s, min(s + ebs, xv.shape[0])) for s in range(0, xv.shape[0], ebs)]
+        outs = [self.eval_outputs(xv[s:e]) for s, e in bounds]
+        train_out = self.eval_outputs(self.train_split.x) if self.log_dce else None
+        rows = []
+        for pos, i in enumerate(self.active):
+            m = self.members[i]
+            gen = seeding.generator(seeding.eval_seed(m.seed), xv.device)
+            losses, member_out = [], []
+            for (s, e), out in zip(bounds, outs, strict=True):
+                o, xb, yb = _slice(out, pos), xv[s:e], yv[s:e]
+                if e - s >= 2:
+                    loss, _, _ = obj(o, xb, yb, generator=gen)
+                else:  # a 1-row tail batch has no U-statistic; the base loss alone
+                    loss = obj.base(o, yb)
+                losses.append(loss * (e - s))
+                member_out.append(o)
+            n = sum(e - s for s, e in bounds)
+            metrics = {"val/loss": torch.stack(losses).sum() / n}
+            if self.task == "regression":
+                mean = torch.cat([o[0] for o in member_out])
+                std = torch.cat([o[1] for o in member_out])
+                metrics["val/nll"] = gaussian_nll(mean, std, yv)
+            else:
+                logits = torch.cat(member_out)
+                metrics["val/nll"] = F.cross_entropy(logits, yv)
+                metrics["val/acc"] = (logits.argmax(-1) == yv).float().mean()
+            values = {key: float(v) for key, v in metrics.items()}
+            if self.log_dce:
+                from kcal.diagnostics import decision_curves
+
+                seed = seeding.eval_seed(m.seed)
+                values |= decision_curves(
+                    _slice(train_out, pos), self.train_split.y, self.prep.threshold, "train", seed
+                )
+                values |= decision_curves((mean, std), yv, self.prep.threshold, "val", seed)
+            for key, better in (("val/loss", min), ("val/nll", min), ("val/acc", max)):
+                if key in values and math.isfinite(values[key]):
+                    m.best[key] = better(m.best.get(key, values[key]), values[key])
+            rows.append(values)
+        return rows
+
+    # ---- the fit loop ------------------------------------------------------------------------------
+    def fit(self, progress: bool) -> float:
+        from tqdm.auto import tqdm
+
+        t = self.t
+        max_epochs, min_epochs, patience = int(t.max_epochs), int(t.min_epochs or 0), int(t.patience)
+        label = f"{self.prep.data.info.name}/{self.prep.objective.name} x{len(self.members)} seeds"
+        bar = tqdm(total=max_epochs, desc=label, disable=not progress, leave=False, unit="epoch")
+        t0 = time.perf_counter()
+        try:
+            for epoch in range(max_epochs):
+                train_means = self.train_epoch().tolist()  # one host sync per epoch
+                val_rows = self.validate()
+                finished = []
+                for pos, i in enumerate(self.active):
+                    m = self.members[i]
+                    loss, base, reg = train_means[pos]
+                    row = {
+                        "epoch": epoch,
+                        **val_rows[pos],
+                        "train/loss": loss,
+                        "train/base": base,
+                        "train/reg": reg,
+                    }
+                    m.history.append(row)
+                    m.epochs = epoch + 1
+                    if not math.isfinite(loss):
+                        m.diverged_epoch = epoch
+                        m.stop_requested = True
+                    _monitor_checks(m, row, str(t.monitor), patience, self.net, pos, epoch)
+                    can_stop = m.epochs >= min_epochs if min_epochs else True
+                    if (m.stop_requested and can_stop) or m.epochs >= max_epochs:
+                        finished.append(pos)
+                if finished:
+                    self._retire(finished)
+                bar.update(1)
+                bar.set_postfix(training=len(self.active))
+                if not self.active:
+                    break
+        finally:
+            bar.close()
+        return time.perf_counter() - t0
+
+    def _retire(self, positions: list[int]) -> None:
+        for pos in positions:
+            m = self.members[self.active[pos]]
+            if m.diverged_epoch is not None:
+                m.final_state = self.net.member_state(pos)
+        keep = [p for p in range(len(self.active)) if p not in set(positions)]
+        self.active = [self.active[p] for p in keep]
+        if not keep:
+            return
+        old_params = self.net.parameters()
+        rows = torch.as_tensor(keep, dtype=torch.long, device=old_params[0].device)
+        self.net.keep(keep)
+        self.opt = _compact_optimizer(self.opt, old_params, self.net.parameters(), rows, self.prep.cfg)
+
+
+def _run_chunk(prep: _train.Prepared, seeds: list[int], cfgs: list[DictConfig], outs: list[Path],
+               progress: bool) -> list[dict]:  # fmt: skip
+    device = _device(prep.cfg)
+    members = [
+        Member(seed=s, cfg=c, out=o, shuffle=torch.Generator(device=device).manual_seed(seeding.shuffle_seed(s)),
+               noise=seeding.generator(seeding.noise_seed(s), device))
+        for s, c, o in zip(seeds, cfgs, outs, strict=True)
+    ]  # fmt: skip
+    for m in members:
+        m.out.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(m.cfg, m.out / "config.yaml", resolve=True)
+    deterministic = bool(prep.cfg.trainer.deterministic)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic or was_deterministic)
+    try:
+        trainer = _Trainer(prep, members, device)
+        seconds = trainer.fit(progress)
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+    results = []
+    for m in members:
+        mprep = replace(prep, cfg=m.cfg)
+        model = _train.build(mprep, m.seed).to(device)
+        best_epoch = None
+        if m.diverged_epoch is None and m.ckpt_state is not None:
+            model.load_state_dict(m.ckpt_state)
+            best_epoch = m.ckpt_epoch
+        elif m.final_state is not None:
+            model.load_state_dict(m.final_state)
+        if m.ckpt_state is not None and m.cfg.save_checkpoint:
+            (m.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+            torch.save(m.ckpt_state, m.out / "checkpoints" / "best.pt")
+        share = seconds / len(members)
+        result = _train.FitResult(
+            m.epochs, best_epoch, m.diverged_epoch, dict(m.best), share, list(m.history)
+        )
+        extra = {"vectorized": {"members": len(members), "seeds": seeds, "chunk_train_seconds": seconds,
+                                "train_seconds_note": "train_seconds is this member's share of the chunk"}}  # fmt: skip
+        pl.seed_everything(m.seed, workers=False, verbose=False)  # as kcal.train.run leaves the global RNGs
+        results.append(_train.finalize(mprep, model, result, m.out, m.seed, extra_run_info=extra))
+    return results

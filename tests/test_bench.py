@@ -1,0 +1,44 @@
+"""kcal.bench: the quick benchmark runs in seconds and writes its table; the estimate and synthetic data."""
+
+import csv
+
+import pytest
+
+from kcal import bench
+
+from .data.conftest import mirror_has
+
+
+@pytest.mark.skipif(
+    not (mirror_has("crime") and mirror_has("breast-cancer")),
+    reason="crime/breast-cancer not available offline",
+)
+def test_quick_benchmark_writes_csv_and_markdown(tmp_path, capsys):
+    assert bench.main(["--quick", "--devices", "cpu", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    measures = {r["measure"] for r in rows}
+    assert {"mmd_overhead", "loop_overhead", "seeds_vs_sequential", "seeds_vs_one"} <= measures
+    assert {r["dataset"] for r in rows if r["measure"] == "mmd_overhead"} == {"crime", "breast-cancer"}
+    for r in rows:
+        assert float(r["a_seconds"]) == float(r["a_seconds"]) and r["device"] == "cpu"
+    md = (tmp_path / "bench.md").read_text()
+    assert "| mmd_overhead |" in md and "torch" in md
+    out = capsys.readouterr().out
+    assert "seeds_vs_one" in out and "b/a" in out
+
+
+@pytest.mark.skipif(not mirror_has("heart-disease"), reason="heart-disease not available offline")
+def test_estimate_covers_every_objective_of_a_dataset(tmp_path, capsys):
+    argv = ["--estimate-only", "--estimate-datasets", "heart-disease", "--seeds", "2", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    rows = list(csv.DictReader(open(tmp_path / "estimate.csv")))
+    assert [r["objective"] for r in rows] == list(bench.OBJECTIVES["classification"])
+    assert all(float(r["hours_at_200_epochs"]) > float(r["hours_at_100_epochs"]) > 0 for r in rows)
+    assert "TOTAL" in (tmp_path / "estimate.md").read_text() and "TOTAL" in capsys.readouterr().out
+
+
+def test_missing_datasets_are_replaced_by_synthetic_data_of_their_shape():
+    data = bench.synthetic("superconductivity")
+    n, d = bench.SYNTHETIC_SHAPES["superconductivity"]
+    assert len(data.train) + len(data.val) + len(data.test) == n and data.train.x.shape[1] == d
+    assert data.info.task == "regression" and data.info.sources["synthetic"]
