@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from kcal.kernels import _check_positive, laplacian
+from kcal.mmd import check_class_inputs
 
 __all__ = [
     "AUTHORS_BANDWIDTH_GRID",
@@ -29,19 +30,6 @@ __all__ = [
     "mmce",
     "select_bandwidth",
 ]
-
-
-def _check_probs(probs: Tensor, labels: Tensor) -> tuple[int, int]:
-    if probs.dim() != 2:
-        raise ValueError(f"probs must have shape (n, m), got {tuple(probs.shape)}")
-    n, m = probs.shape
-    if labels.dim() != 1 or labels.shape[0] != n:
-        raise ValueError(f"labels must have shape (n,) = ({n},), got {tuple(labels.shape)}")
-    if labels.is_floating_point():
-        raise ValueError("labels must be integer class ids (int64)")
-    if n < 1:
-        raise ValueError("need at least one example")
-    return n, m
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -72,7 +60,7 @@ def mmce(probs: Tensor, labels: Tensor, bandwidth: float = 0.4, weighted: bool =
     ``weighted=False``: the unweighted MMCE_m of Kumar et al.:
     ``sqrt(max(0, sum_ij (c_i - r_i)(c_j - r_j) k_ij / n^2) + 1e-10)``.
     """
-    n, _ = _check_probs(probs, labels)
+    n, _ = check_class_inputs(probs, labels)
     bandwidth = _check_positive("bandwidth", bandwidth)
     conf, pred = probs.max(dim=-1)
     correct = (pred == labels).to(probs.dtype)
@@ -225,7 +213,7 @@ def ece_kde(
     (the grid defaults to ``default_bandwidth_grid()``; ``fallback="authors"`` reproduces quirk Q14). The
     result is differentiable w.r.t. ``probs`` for the selected bandwidth.
     """
-    n, m = _check_probs(probs, labels)
+    n, m = check_class_inputs(probs, labels)
     if n < 2:
         raise ValueError(f"ECE-KDE is a leave-one-out estimate and needs at least n=2 examples, got n={n}")
     p = _check_positive("p", p)

@@ -778,6 +778,21 @@ def _class_kernel(kernel_y: str, num_classes: int, bandwidth_y: float, dtype, de
     raise ValueError(f"unknown class kernel {kernel_y!r}; valid names: ['delta', 'rbf']")
 
 
+def check_class_inputs(probs: Tensor, labels: Tensor, min_rows: int = 1) -> tuple[int, int]:
+    """Validate ``probs`` (n, m) and integer ``labels`` (n,); return ``(n, m)``."""
+    if probs.dim() != 2:
+        raise ValueError(f"probs must have shape (n, m), got {tuple(probs.shape)}")
+    n, m = probs.shape
+    if labels.dim() != 1 or labels.shape[0] != n:
+        raise ValueError(f"labels must have shape (n,) = ({n},), got {tuple(labels.shape)}")
+    if labels.is_floating_point():
+        raise ValueError("labels must be integer class ids (int64)")
+    if n < min_rows:
+        what = "the unbiased MMD^2 estimator needs" if min_rows >= 2 else "need"
+        raise ValueError(f"{what} at least n={min_rows} examples, got n={n}")
+    return n, m
+
+
 def classification_mmd(
     probs: Tensor,
     labels: Tensor,
@@ -824,15 +839,7 @@ def classification_mmd(
     error (RBF over X x Y).
     """
     fm = get_classification_form(form)
-    if probs.dim() != 2:
-        raise ValueError(f"probs must have shape (n, m), got {tuple(probs.shape)}")
-    n, m = probs.shape
-    if labels.dim() != 1 or labels.shape[0] != n:
-        raise ValueError(f"labels must have shape (n,) = ({n},), got {tuple(labels.shape)}")
-    if labels.is_floating_point():
-        raise ValueError("labels must be integer class ids (int64)")
-    if n < 2:
-        raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+    n, m = check_class_inputs(probs, labels, min_rows=2)
     if not _functorch_active() and (int(labels.min()) < 0 or int(labels.max()) >= m):
         raise ValueError(f"labels must lie in [0, {m - 1}] for {m} classes")
     bandwidth_y = _k._check_positive("bandwidth_y", bandwidth_y)

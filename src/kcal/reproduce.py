@@ -21,7 +21,7 @@ from kcal.data import PAPER_CLASSIFICATION, PAPER_REGRESSION, get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline
 from kcal.seeds import collect, run_seeds
 from kcal.sweep import sweep
-from kcal.train import CONFIG_DIR, ConfigError
+from kcal.train import CONFIG_DIR, ConfigError, exits_on_config_error
 
 OBJECTIVES = {
     "regression": ["nll", "nll_mmd", "nll_mmd_tanh"],
@@ -94,13 +94,10 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="reproduce")
+@exits_on_config_error
 def main(cfg: DictConfig) -> None:
     user = [o for o in HydraConfig.get().overrides.task if not o.startswith(OWN_KEYS)]
-    try:
-        reproduce(cfg, user)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    reproduce(cfg, user)
 
 
 if __name__ == "__main__":

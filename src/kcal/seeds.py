@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from kcal.train import CONFIG_DIR, ConfigError, run
+from kcal.train import CONFIG_DIR, ConfigError, exits_on_config_error, run
 
 TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
@@ -148,12 +148,9 @@ def collect(root: Path) -> pd.DataFrame:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="seeds")
+@exits_on_config_error
 def main(cfg: DictConfig) -> None:
-    try:
-        summary = run_seeds(cfg)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    summary = run_seeds(cfg)
     shown = summary[(summary.recalibrator == "none") & (summary.flavour == "exact")]
     print(shown.to_string(index=False))
     print(f"summary: {label_dir(cfg) / 'summary.csv'}")

@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
 from kcal.data import get_spec
-from kcal.train import CONFIG_DIR, ConfigError, run
+from kcal.train import CONFIG_DIR, ConfigError, exits_on_config_error, run
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
 NOT_COUNTED = ("stale", "surplus")
@@ -246,12 +246,9 @@ def _best_value(study: optuna.Study):
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="sweep")
+@exits_on_config_error
 def main(cfg: DictConfig) -> None:
-    try:
-        study = sweep(cfg)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    study = sweep(cfg)
     finished, running = counted(study)
     best = _best_value(study)
     print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); best value "

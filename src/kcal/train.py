@@ -10,6 +10,7 @@ same config and seed give the same file on CPU), ``run.json`` (timings, paths, v
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -54,6 +55,20 @@ def quiet_lightning() -> None:
 
 class ConfigError(ValueError):
     """An invalid configuration value, reported before any training starts."""
+
+
+def exits_on_config_error(fn):
+    """Entry points: print a ConfigError as one line and exit with status 2 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return wrapper
 
 
 def objective_names(task: str | None = None) -> list[str]:
@@ -309,14 +324,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@exits_on_config_error
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    try:
-        metrics = run(cfg, HydraConfig.get().runtime.output_dir)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    metrics = run(cfg, HydraConfig.get().runtime.output_dir)
     status = metrics["status"]
     print(
         f"status={status} "
