@@ -411,7 +411,7 @@ class Estimate:
         return sweep / 3600, seed / 3600
 
 
-def estimate_one(name: str, obj: str, seeds: int, log) -> Estimate:
+def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Estimate:
     from kcal.vectorized import Member, _Trainer
 
     # as the protocol runs it: the config's defaults (per-epoch DCE curves and per-run figures included)
@@ -421,7 +421,7 @@ def estimate_one(name: str, obj: str, seeds: int, log) -> Estimate:
     t0 = time.perf_counter()
     prep = prepare(cfg)
     prep_s = time.perf_counter() - t0
-    per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), 1)
+    per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), repeats)
     model = T.build(prep, 0)
     with tempfile.TemporaryDirectory() as d, quiet():
         p = fixed_epochs(prep, 1)
@@ -450,7 +450,7 @@ def whole_protocol(args, log) -> tuple[list[Estimate], str]:
             log(f"estimate: skip {name} (not available offline, no synthetic shape)")
             continue
         for obj in OBJECTIVES[task_of(name)]:
-            estimates.append(estimate_one(name, obj, args.seeds, log))
+            estimates.append(estimate_one(name, obj, args.seeds, log, args.estimate_repeats))
     return estimates, format_estimate(estimates, args)
 
 
@@ -504,8 +504,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--estimate", action="store_true", help="also estimate the paper's whole protocol")
     ap.add_argument("--estimate-only", action="store_true", help="only the whole-protocol estimate")
     ap.add_argument("--estimate-datasets", nargs="+", default=None, help="default: the paper's 10 datasets")
+    ap.add_argument("--estimate-repeats", type=int, default=1, help="timings per estimate entry (median)")
     ap.add_argument("--trials", type=int, default=100)
-    ap.add_argument("--protocol-epochs", type=int, nargs=2, default=[200, 100], help="upper bound, typical")
+    ap.add_argument(
+        "--protocol-epochs",
+        type=int,
+        nargs=2,
+        default=[200, 60],
+        help="upper bound (max_epochs), typical (crime: best epoch ~10 + patience 50)",
+    )
     ap.add_argument("--out", type=Path, default=Path("outputs/bench"))
     args = ap.parse_args(argv)
     q = args.quick
