@@ -33,7 +33,7 @@ def test_estimate_covers_every_objective_of_a_dataset(tmp_path, capsys):
     assert bench.main(argv) == 0
     rows = list(csv.DictReader(open(tmp_path / "estimate.csv")))
     assert [r["objective"] for r in rows] == list(bench.OBJECTIVES["classification"])
-    assert all(float(r["hours_at_200_epochs"]) > float(r["hours_at_60_epochs"]) > 0 for r in rows)
+    assert all(float(r["hours_at_200_epochs"]) >= float(r["hours_at_60_epochs"]) > 0 for r in rows)
     assert "TOTAL" in (tmp_path / "estimate.md").read_text() and "TOTAL" in capsys.readouterr().out
 
 

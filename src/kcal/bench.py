@@ -211,8 +211,10 @@ def lightning_epoch_seconds(prep: T.Prepared, epochs: tuple[int, int], repeats: 
     fit_seconds(prep, e1)  # warm-up: first-call costs (allocator, kernels, probes) are not per-epoch work
     for _ in range(repeats):
         t1, t2 = fit_seconds(prep, e1), fit_seconds(prep, e2)
-        per_epoch.append((t2 - t1) / (e2 - e1))
-        setup.append(t1 - e1 * per_epoch[-1])
+        # a load spike during the short fit can make the difference meaningless: then fall back to the
+        # upper bound t2 / e2 (setup included)
+        per_epoch.append((t2 - t1) / (e2 - e1) if t2 > t1 else t2 / e2)
+        setup.append(max(0.0, t1 - e1 * per_epoch[-1]))
     return statistics.median(per_epoch), statistics.median(setup)
 
 
