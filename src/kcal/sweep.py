@@ -158,6 +158,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     out = trial_dir / f"trial_{trial.number:04d}"
     trial_cfg = apply(cfg, params)
     trial_cfg.trainer.progress_bar = False
+    trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
     trial.set_user_attr("run_dir", str(out))
     try:
         metrics = run(trial_cfg, out)

@@ -176,6 +176,8 @@ class FitResult:
 def prepare(cfg: DictConfig) -> Prepared:
     """Load and validate data and config; resolve ``median`` bandwidths and the decision threshold."""
     torch.distributions.Distribution.set_default_validate_args(False)
+    if cfg.trainer.get("num_threads"):
+        torch.set_num_threads(int(cfg.trainer.num_threads))
     data = subsample(
         load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows
     )
