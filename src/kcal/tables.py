@@ -707,8 +707,11 @@ def _flavours(results: pd.DataFrame) -> list[str]:
     return list(FLAVOURS) + sorted(set(results["flavour"]) - set(FLAVOURS))
 
 
-def write_tables(results_csv: Path | str, out_dir: Path | str) -> dict[str, Path]:
-    """Write every table, comparison and the claims file; return ``{name: path}``."""
+def write_tables(results_csv: Path | str, out_dir: Path | str, echo_claims: bool = True) -> dict[str, Path]:
+    """Write every table, comparison and the claims file; return ``{name: path}``.
+
+    With ``echo_claims`` the claims summary is also printed, so every command that ends a
+    reproduction (``kcal.reproduce``, ``kcal.tables``) shows it."""
     results = load_results(results_csv)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -737,6 +740,10 @@ def write_tables(results_csv: Path | str, out_dir: Path | str) -> dict[str, Path
         put(f"comparison_{fl}_md", f"comparison_{fl}.md", comparison_markdown(comp, fl))
         put(f"comparison_{fl}_csv", f"comparison_{fl}.csv", comp.to_csv(index=False, float_format="%.6g"))
     put("claims", "claims.md", claims_markdown(results, flavours))
+    if echo_claims:
+        print(f"\nClaims (also in {written['claims']}):")
+        for line in claims_summary(results, flavours):
+            print(f"- {line}")
     return written
 
 
@@ -745,7 +752,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--results", required=True, type=Path, help="tidy aggregated results CSV")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     args = p.parse_args(argv)
-    written = write_tables(args.results, args.out)
+    written = write_tables(args.results, args.out, echo_claims=False)
     print(f"kcal.tables: wrote {len(written)} files to {args.out}")
     for name, path in written.items():
         print(f"  {name}: {path}")
