@@ -85,13 +85,9 @@ def run_seeds(cfg: DictConfig) -> pd.DataFrame:
 
 
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
-    vectorized = bool(cfg.seeds_run.vectorized) and base.dataset.protocol == "official"
-    if vectorized:
-        try:
-            from kcal.vectorized import run_seeds as run_vectorized
-        except ImportError:  # pragma: no cover - the module ships with kcal
-            vectorized = False
-    if vectorized:
+    if cfg.seeds_run.vectorized:  # kcal.vectorized itself falls back to single runs under protocol=clean
+        from kcal.vectorized import run_seeds as run_vectorized
+
         size = int(cfg.seeds_run.chunk_size)
         for i in range(0, len(seeds), size):
             run_vectorized(base, seeds[i : i + size], dirs[i : i + size], chunk_size=size)

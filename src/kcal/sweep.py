@@ -146,7 +146,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     trial = study.ask()
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("pid", os.getpid())
-    finished, running = counted(study)
+    finished, _ = counted(study)
     earlier_running = sum(
         t.state == TrialState.RUNNING and t.number < trial.number for t in study.get_trials(deepcopy=False)
     )
@@ -164,8 +164,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
         metrics = run(trial_cfg, out)
         if metrics["status"] != "ok":
             raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
-        n_val = int(metrics.get("n_val", 0)) or _n_val(cfg)
-        value = trial_value(metrics, metrics_task(cfg), n_val)
+        value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
     except (TrialFailed, ConfigError) as exc:
         trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
         trial.set_user_attr("fail_reason", str(exc))

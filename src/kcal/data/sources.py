@@ -64,21 +64,21 @@ def offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes"}
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+def _hexdigest(h, path: Path) -> str:
+    """Feed a file into hash ``h`` in 1 MiB chunks; return the hex digest."""
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    return _hexdigest(hashlib.sha256(), path)
 
 
 def git_blob_file(path: Path) -> str:
     """Git's blob id: sha1(b"blob <size>\\0" + content)."""
-    h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return _hexdigest(hashlib.sha1(f"blob {path.stat().st_size}\0".encode()), path)
 
 
 def verify(path: Path, form: FileSpec) -> str:
