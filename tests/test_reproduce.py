@@ -49,12 +49,12 @@ def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
 
 def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        sweep_cmd(tmp_path, 5), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    # 8 trials of 5 epochs each, so the kill lands mid-sweep even on an idle machine
+    cmd = sweep_cmd(tmp_path, 8, "trainer.max_epochs=5", "trainer.min_epochs=5")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once 2 trials are done (a third is usually running)
-        time.sleep(0.5)
+        time.sleep(0.2)
         if (tmp_path / "sweeps.db").exists():
             try:
                 finished, _, _ = study_counts(tmp_path, "crime__nll__paper")
@@ -65,12 +65,12 @@ def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at, _, _ = study_counts(tmp_path, "crime__nll__paper")
-    assert 2 <= killed_at < 5
-    again = subprocess.run(sweep_cmd(tmp_path, 5), env=env, capture_output=True, text=True, timeout=300)
+    assert 2 <= killed_at < 8
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     finished, running, statuses = study_counts(tmp_path, "crime__nll__paper")
-    assert (finished, running) == (5, 0), statuses
-    assert statuses.get("ok", 0) + statuses.get("diverged", 0) + statuses.get("invalid_config", 0) == 5
+    assert (finished, running) == (8, 0), statuses
+    assert statuses.get("ok", 0) + statuses.get("diverged", 0) + statuses.get("invalid_config", 0) == 8
     assert (tmp_path / "crime" / "nll" / "sweep" / "best.json").is_file()
 
 
