@@ -68,6 +68,30 @@ def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
     return optuna.load_study(study_name=cfg.sweep.study_name, storage=storage, sampler=sampler)
 
 
+def train_rows(cfg: DictConfig) -> int:
+    """Rows in the training split this config trains on (the split sizes, capped by ``max_train_rows``)."""
+    from kcal.data.splits import split_sizes
+
+    n_train = split_sizes(get_spec(cfg.dataset.name).n_used)[0]
+    cap = cfg.dataset.get("max_train_rows")
+    return min(n_train, int(cap)) if cap else n_train
+
+
+def fit_to_data(space: dict[str, dict], n_train: int) -> dict[str, dict]:
+    """Drop batch-size choices larger than the training split: such a config cannot train (every batch
+    is dropped), so sampling it would spend a trial of the budget on nothing."""
+    dist = space.get("trainer.batch_size")
+    if dist is None or "choices" not in dist:
+        return space
+    fitting = [b for b in dist["choices"] if int(b) <= n_train]
+    if not fitting:
+        raise ConfigError(
+            f"no trainer.batch_size choice of the search space fits the training split ({n_train} rows); "
+            f"add a smaller one to hparams_search (choices: {list(dist['choices'])})"
+        )
+    return {**space, "trainer.batch_size": {**dist, "choices": fitting}}
+
+
 def search_space(cfg: DictConfig) -> dict[str, dict]:
     space = cfg.hparams_search
     objectives = space.objectives
@@ -78,7 +102,7 @@ def search_space(cfg: DictConfig) -> dict[str, dict]:
         **OmegaConf.to_container(space.common),
         **OmegaConf.to_container(objectives[cfg.objective.name]),
     }
-    return merged
+    return fit_to_data(merged, train_rows(cfg))
 
 
 def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
@@ -159,6 +183,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     trial_cfg = apply(cfg, params)
     trial_cfg.trainer.progress_bar = False
     trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
+    trial_cfg.trainer.log_dce = False  # per-epoch DCE curves over the whole training split: never used by a trial
     trial.set_user_attr("run_dir", str(out))
     try:
         metrics = run(trial_cfg, out)

@@ -1,0 +1,32 @@
+"""The search space adapts to the data: no trial of the budget goes to a batch that cannot train."""
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from kcal.sweep import fit_to_data, search_space, train_rows
+from kcal.train import CONFIG_DIR, ConfigError
+
+
+def sweep_cfg(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("sweep", overrides=list(overrides))
+
+
+def test_batch_sizes_larger_than_the_training_split_are_not_sampled():
+    # heart-disease keeps 299 rows: int(0.7 * 299) = 209 training rows, so 256 and 512 cannot train
+    cfg = sweep_cfg("dataset=heart-disease", "objective=xe_mmd")
+    assert train_rows(cfg) == 209
+    assert search_space(cfg)["trainer.batch_size"]["choices"] == [16, 32, 64, 128]
+    # crime (1395 training rows) keeps every choice of the paper's space
+    assert search_space(sweep_cfg("dataset=crime"))["trainer.batch_size"]["choices"][-1] == 512
+
+
+def test_max_train_rows_caps_the_batch_choices():
+    cfg = sweep_cfg("dataset=crime", "dataset.max_train_rows=100")
+    assert train_rows(cfg) == 100
+    assert search_space(cfg)["trainer.batch_size"]["choices"] == [16, 32, 64]
+
+
+def test_no_fitting_batch_size_is_a_config_error():
+    with pytest.raises(ConfigError, match="no trainer.batch_size choice"):
+        fit_to_data({"trainer.batch_size": {"choices": [64, 128]}}, n_train=10)
