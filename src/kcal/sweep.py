@@ -183,7 +183,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     trial_cfg = apply(cfg, params)
     trial_cfg.trainer.progress_bar = False
     trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
-    trial_cfg.trainer.log_dce = False  # per-epoch DCE curves over the whole training split: never used by a trial
+    trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
     trial.set_user_attr("run_dir", str(out))
     try:
         metrics = run(trial_cfg, out)
