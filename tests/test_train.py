@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from kcal.train import CONFIG_DIR, ConfigError, run
+from kcal.errors import ConfigError
+from kcal.train import CONFIG_DIR, run
 
 from .data.conftest import mirror_has
 

@@ -19,9 +19,10 @@ from omegaconf import DictConfig
 
 from kcal.data import PAPER_CLASSIFICATION, PAPER_REGRESSION, get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline
+from kcal.errors import ConfigError, exits_on_config_error
 from kcal.seeds import collect, run_seeds
 from kcal.sweep import sweep
-from kcal.train import CONFIG_DIR, ConfigError, exits_on_config_error
+from kcal.train import CONFIG_DIR
 
 OBJECTIVES = {
     "regression": ["nll", "nll_mmd", "nll_mmd_tanh"],

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from kcal.train import CONFIG_DIR, ConfigError, exits_on_config_error, run
+from kcal.errors import ConfigError, exits_on_config_error
+from kcal.train import CONFIG_DIR, run
 
 TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)

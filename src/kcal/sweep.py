@@ -36,7 +36,8 @@ from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
 from kcal.data import get_spec
-from kcal.train import CONFIG_DIR, ConfigError, exits_on_config_error, run
+from kcal.errors import ConfigError, exits_on_config_error
+from kcal.train import CONFIG_DIR, run
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
 NOT_COUNTED = ("stale", "surplus")

@@ -10,7 +10,6 @@ same config and seed give the same file on CPU), ``run.json`` (timings, paths, v
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -29,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from kcal import seeding
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
+from kcal.errors import ConfigError, exits_on_config_error
 from kcal.evaluation import (
     RECALIBRATORS,
     classification_predictions,
@@ -51,24 +51,6 @@ def quiet_lightning() -> None:
     """Keep Lightning's per-run banners (GPU/TPU available, tips, 'fit stopped') out of sweeps."""
     for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value, reported before any training starts."""
-
-
-def exits_on_config_error(fn):
-    """Entry points: print a ConfigError as one line and exit with status 2 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ConfigError as exc:
-            print(f"config error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
-
-    return wrapper
 
 
 def objective_names(task: str | None = None) -> list[str]:
