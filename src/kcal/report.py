@@ -1,0 +1,217 @@
+"""Publish a reproduction into the repository: ``python -m kcal.report <root> <dest>``.
+
+``<dest>`` (e.g. ``docs/results/full``) receives
+
+* ``results.csv``: the reproduction's tidy results, copied from ``<root>/results.csv``;
+* every file :func:`kcal.tables.write_tables` writes from it (LaTeX tables per flavour,
+  ``comparison_{exact,official}.{md,csv}``, ``claims.md``);
+* ``studies.csv``: per sweep study, the trials by status, the best trial, its parameters and value,
+  and when the study and its seed reruns ran (read from the Optuna storage and the seed directories);
+* ``RESULTS.md``: hand-written analysis around generated blocks. A generated block sits between
+  ``<!-- kcal.report:NAME -->`` and ``<!-- /kcal.report -->`` and is rewritten from ``results.csv`` and
+  ``studies.csv`` on every publish; the text outside the blocks is kept as it is.
+
+``python -m kcal.report --check <dest>`` regenerates everything derived from the committed
+``results.csv`` / ``studies.csv`` in memory and exits 1, naming the files, if anything committed differs
+(the test suite runs it, so a report's numbers always equal what :mod:`kcal.tables` makes of its CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from kcal.tables import FLAVOURS, claims_summary, comparison_frame, fmt, load_results, write_tables
+
+GENERATED = re.compile(
+    r"(<!-- kcal\.report:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /kcal\.report -->)", re.S
+)
+STUDY_COLUMNS = ["dataset", "objective", "study", "complete", "failed", "not_counted", "best_trial", "best_value",
+                 "best_params", "sweep_start", "sweep_end", "trial_hours", "seeds", "seeds_end"]  # fmt: skip
+
+
+# ---- reading a reproduction root ------------------------------------------------------------------
+def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
+    """One row per sweep study in the reproduction's storage (default ``<root>/sweeps.db``)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    url = storage or f"sqlite:///{(Path(root) / 'sweeps.db').resolve()}"
+    rows = []
+    for summary in optuna.get_all_study_summaries(url, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=url)
+        trials = study.get_trials(deepcopy=False)
+        dataset, objective = summary.study_name.split("__")[:2]
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        counted_fail = [t for t in trials if t.state == TrialState.FAIL
+                        and t.user_attrs.get("kcal_status") not in ("stale", "surplus")]  # fmt: skip
+        best = study.best_trial if complete else None
+        starts = [t.datetime_start for t in trials if t.datetime_start]
+        ends = [t.datetime_complete for t in trials if t.datetime_complete]
+        seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                      if t.datetime_start and t.datetime_complete)  # fmt: skip
+        seed_files = sorted(Path(root, dataset, objective, "seeds").glob("seed*/metrics.json"))
+        seeds_end = max((p.stat().st_mtime for p in seed_files), default=None)
+        rows.append({
+            "dataset": dataset, "objective": objective, "study": summary.study_name,
+            "complete": len(complete), "failed": len(counted_fail),
+            "not_counted": len(trials) - len(complete) - len(counted_fail),
+            "best_trial": best.number if best else None, "best_value": best.value if best else None,
+            "best_params": json.dumps(best.params, sort_keys=True) if best else "",
+            "sweep_start": _iso(min(starts)) if starts else "", "sweep_end": _iso(max(ends)) if ends else "",
+            "trial_hours": round(seconds / 3600, 3), "seeds": len(seed_files),
+            "seeds_end": _iso(datetime.fromtimestamp(seeds_end, tz=timezone.utc)) if seeds_end else "",
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=STUDY_COLUMNS).sort_values(["dataset", "objective"], ignore_index=True)
+
+
+def _iso(t: datetime) -> str:
+    if t.tzinfo is None:  # Optuna stores naive local times
+        t = t.astimezone()
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# ---- generated blocks -----------------------------------------------------------------------------
+def _cell(mean, se) -> str:
+    if pd.isna(mean):
+        return "—"
+    return fmt(mean) if pd.isna(se) else f"{fmt(mean)} ± {fmt(se)}"
+
+
+def side_by_side(results: pd.DataFrame, dataset: str) -> str:
+    """The paper's cells next to ours in both flavours, for one dataset (only cells we ran)."""
+    keys = ["table", "dataset", "row", "metric"]
+    frames = []
+    for fl in FLAVOURS:
+        comp = comparison_frame(results, fl)
+        comp = comp[comp["dataset"] == dataset]
+        frames.append(comp.set_index(keys)[["ours_mean", "ours_se", "ours_n", "paper_mean", "paper_se", "verdict"]]
+                      .add_prefix(f"{fl}_"))  # fmt: skip
+    both = pd.concat(frames, axis=1).reset_index()
+    ran = both[[f"{fl}_ours_mean" for fl in FLAVOURS]].notna().any(axis=1)
+    both = both[ran]
+    lines = ["| table | row | metric | paper | ours, exact | verdict | ours, official | verdict | n |",
+             "|---|---|---|---:|---:|---|---:|---|---:|"]  # fmt: skip
+    for r in both.to_dict("records"):
+        n = r["exact_ours_n"] if not pd.isna(r["exact_ours_n"]) else r["official_ours_n"]
+        lines.append(
+            f"| {r['table']} | {r['row']} | {r['metric']} | {_cell(r['exact_paper_mean'], r['exact_paper_se'])} "
+            f"| {_cell(r['exact_ours_mean'], r['exact_ours_se'])} | {r['exact_verdict']} "
+            f"| {_cell(r['official_ours_mean'], r['official_ours_se'])} | {r['official_verdict']} "
+            f"| {'—' if pd.isna(n) else int(n)} |"
+        )
+    return "\n".join(lines)
+
+
+def studies_table(studies: pd.DataFrame) -> str:
+    lines = ["| dataset | objective | trials complete | failed (counted) | best trial | best value | seeds "
+             "| sweep start (UTC) | seeds done (UTC) | trial hours |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]  # fmt: skip
+    for r in studies.to_dict("records"):
+        best = "—" if pd.isna(r["best_value"]) else f"{r['best_value']:.4f}"
+        trial = "—" if pd.isna(r["best_trial"]) else int(r["best_trial"])
+        lines.append(f"| {r['dataset']} | {r['objective']} | {r['complete']} | {r['failed']} | {trial} | {best} "
+                     f"| {r['seeds']} | {r['sweep_start'] or '—'} | {r['seeds_end'] or '—'} | {r['trial_hours']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def blocks(results: pd.DataFrame, studies: pd.DataFrame) -> dict[str, str]:
+    """Every generated block of RESULTS.md, by name."""
+    out = {"claims": "\n".join(f"- {line}" for line in claims_summary(results))}
+    out["studies"] = studies_table(studies)
+    for ds in sorted(set(results["dataset"])):
+        out[f"dataset:{ds}"] = side_by_side(results, ds)
+    return out
+
+
+def fill(text: str, generated: dict[str, str]) -> str:
+    """``text`` with every generated block replaced by its new content (unknown names are emptied)."""
+
+    def body(m: re.Match) -> str:
+        return m.group(1) + generated.get(m.group("name"), "(no results)") + "\n" + m.group(4)
+
+    return GENERATED.sub(body, text)
+
+
+def template(generated: dict[str, str]) -> str:
+    """A first RESULTS.md: one section per dataset with its block; the analysis is written by hand."""
+    parts = ["# Results\n", "## Studies\n", "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n"]
+    for name in sorted(k for k in generated if k.startswith("dataset:")):
+        parts += [f"## {name.split(':', 1)[1]}\n", f"<!-- kcal.report:{name} -->\n<!-- /kcal.report -->\n"]
+    parts += ["## Claims\n", "<!-- kcal.report:claims -->\n<!-- /kcal.report -->\n"]
+    return fill("\n".join(parts), generated)
+
+
+# ---- publish and check ----------------------------------------------------------------------------
+def render(dest: Path, out: Path) -> None:
+    """Everything derived from ``dest``'s results.csv and studies.csv, written into ``out``."""
+    results = load_results(dest / "results.csv")
+    studies = pd.read_csv(dest / "studies.csv")
+    write_tables(dest / "results.csv", out, echo_claims=False)
+    generated = blocks(results, studies)
+    existing = dest / "RESULTS.md"
+    text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
+    (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
+
+
+def publish(root: Path, dest: Path, storage: str | None = None) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    src = root / "results.csv"
+    if not src.is_file():
+        raise SystemExit(
+            f"kcal.report: {src} not found; run the reproduction (python -m kcal.reproduce) first"
+        )
+    shutil.copyfile(src, dest / "results.csv")
+    study_rows(root, storage).to_csv(dest / "studies.csv", index=False)
+    for best in sorted(root.glob("*/*/sweep/best.json")):
+        target = dest / "best" / f"{best.parents[2].name}__{best.parents[1].name}.json"
+        target.parent.mkdir(exist_ok=True)
+        info = json.loads(best.read_text())
+        target.write_text(
+            json.dumps({k: info[k] for k in ("study", "trial", "value", "params")}, indent=1) + "\n"
+        )
+    render(dest, dest)
+    return sorted(p for p in dest.rglob("*") if p.is_file())
+
+
+def check(dest: Path) -> list[str]:
+    """Names of committed files that differ from what their CSVs regenerate (empty: all equal)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        render(dest, Path(tmp))
+        return [p.name for p in sorted(Path(tmp).iterdir())
+                if not (dest / p.name).is_file() or (dest / p.name).read_bytes() != p.read_bytes()]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kcal.report", description=__doc__.split("\n")[0])
+    p.add_argument("root", type=Path, nargs="?", help="reproduction root, e.g. outputs/reproduce/full")
+    p.add_argument("dest", type=Path, help="where the report lives, e.g. docs/results/full")
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
+    p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
+    args = p.parse_args(argv)
+    if args.check:
+        stale = check(args.dest)
+        if stale:
+            print(f"kcal.report: {', '.join(stale)} in {args.dest} differ from what results.csv/studies.csv "
+                  f"give; run `python -m kcal.report <root> {args.dest}` to regenerate", file=sys.stderr)  # fmt: skip
+            return 1
+        print(f"kcal.report: {args.dest} matches its results.csv and studies.csv")
+        return 0
+    if args.root is None:
+        p.error("give the reproduction root (or --check)")
+    files = publish(args.root, args.dest, args.storage)
+    print(f"kcal.report: {len(files)} files in {args.dest}; edit the analysis in {args.dest / 'RESULTS.md'} "
+          "outside the generated blocks")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

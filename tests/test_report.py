@@ -1,0 +1,81 @@
+"""kcal.report publishes a reproduction whose numbers equal what kcal.tables makes of its CSV, and
+kcal.ablation reruns a study's best config with one key varied."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from kcal.report import GENERATED, check, main, publish
+from kcal.train import CONFIG_DIR
+
+from .data.conftest import mirror_has
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "results"
+SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1", "seeds_run.vectorized=false",
+         "sweep.n_trials=1"]  # fmt: skip
+needs_crime = pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+
+
+@pytest.fixture(scope="module")
+def smoke_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repro")
+    common = [*SMOKE, f"root={root}"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.reproduce import reproduce
+
+        cfg = compose("reproduce", overrides=[*common, "task=regression", "reproduce.datasets=[crime]",
+                                              "reproduce.objectives=[nll,nll_mmd]", "reproduce.sample_sizes=[1]"])  # fmt: skip
+        reproduce(cfg, common)
+    return root
+
+
+@needs_crime
+def test_publish_then_check_and_hand_written_text_survives(smoke_root, tmp_path):
+    dest = tmp_path / "report"
+    publish(smoke_root, dest)
+    assert check(dest) == []
+    studies = pd.read_csv(dest / "studies.csv")
+    assert set(studies["objective"]) == {"nll", "nll_mmd"} and set(studies["complete"]) == {1}
+    assert json.loads((dest / "best" / "crime__nll_mmd.json").read_text())["params"]
+    text = (dest / "RESULTS.md").read_text()
+    names = [m.group("name") for m in GENERATED.finditer(text)]
+    assert {"claims", "studies", "dataset:crime"} <= set(names)
+    # hand-written analysis outside the blocks is kept when the report is regenerated
+    (dest / "RESULTS.md").write_text("Our analysis, by hand.\n\n" + text)
+    publish(smoke_root, dest)
+    assert (dest / "RESULTS.md").read_text().startswith("Our analysis, by hand.")
+    assert check(dest) == []
+    # a number edited in the committed CSV makes every derived file stale
+    results = pd.read_csv(dest / "results.csv")
+    results.loc[results["metric"] == "qce", "mean"] += 1.0
+    results.to_csv(dest / "results.csv", index=False)
+    stale = check(dest)
+    assert {"RESULTS.md", "comparison_exact.md", "claims.md"} <= set(stale)
+    assert main(["--check", str(dest)]) == 1
+
+
+def test_committed_reports_match_their_results_csv():
+    """Each docs/results/<profile>/ equals what kcal.tables and kcal.report regenerate from its CSVs."""
+    for dest in sorted(p.parent for p in DOCS.glob("*/results.csv")):
+        assert check(dest) == [], f"{dest}: regenerate with python -m kcal.report"
+
+
+@needs_crime
+def test_ablation_varies_one_key_around_the_best_trial(smoke_root):
+    from kcal.ablation import ablation_dir, run_ablation
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("ablation", overrides=[*SMOKE, f"root={smoke_root}", "dataset=crime", "objective=nll_mmd",
+                                             "ablation.grid=[0.0,5.0]", "ablation.n_seeds=2"])  # fmt: skip
+        table = run_ablation(cfg)
+    assert sorted(set(table["value"])) == [0.0, 5.0]
+    assert set(table[table.metric == "qce"]["n"]) == {2}
+    out = ablation_dir(cfg)
+    assert (out / "objective.weight.csv").is_file() and (out / "objective.weight.png").stat().st_size > 0
+    run = json.loads((out / "objective.weight=5.0" / "seeds" / "seed1" / "metrics.json").read_text())
+    assert run["seed"] == 1 and run["status"] == "ok"
+    saved = (out / "objective.weight=0.0" / "seeds" / "seed0" / "config.yaml").read_text()
+    assert "weight: 0.0" in saved
