@@ -276,8 +276,8 @@ def test_fast_index_path_equals_generic_values_and_gradients():
         fast = regression_mmd(m_, s_, y, x, form=form, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps)
         g_fast = torch.autograd.grad(fast, [m_, s_])
         gen = mmd.sample_mmd2(
-            y.reshape(1, -1, 1),
             (m_ + s_ * eps).unsqueeze(-1),
+            y.reshape(1, -1, 1),
             K.get_kernel("rbf", bandwidth=0.4),
             kz,
             "index",

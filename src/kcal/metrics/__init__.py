@@ -2,7 +2,7 @@
 
 * exact (whole evaluation set at once): :mod:`kcal.metrics.regression`,
   :mod:`kcal.metrics.classification`;
-* official (reproduces the authors' logged numbers, per-batch quirks Q1–Q6):
+* official (reproduces the authors' logged numbers, with their per-batch computations):
   :mod:`kcal.metrics.official`.
 """
 
@@ -17,6 +17,7 @@ from kcal.metrics.official import (
 )
 from kcal.metrics.regression import (
     as_forecast,
+    crps,
     crps_gaussian,
     dce,
     dce_sampled,
@@ -24,6 +25,7 @@ from kcal.metrics.regression import (
     gaussian_nll,
     nll,
     pit,
+    qce,
     qce_binned,
     qce_ecdf,
     sharpness,
@@ -38,6 +40,7 @@ __all__ = [
     "lce",
     "lce_total",
     "as_forecast",
+    "crps",
     "crps_gaussian",
     "dce",
     "dce_sampled",
@@ -45,6 +48,7 @@ __all__ = [
     "gaussian_nll",
     "nll",
     "pit",
+    "qce",
     "qce_binned",
     "qce_ecdf",
     "sharpness",

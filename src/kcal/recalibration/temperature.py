@@ -4,7 +4,7 @@
 ``T = 1``) by minimising the full-validation cross-entropy of ``logits / T`` with
 ``torch.optim.LBFGS(line_search_fn="strong_wolfe")`` (one ``step`` of at most ``max_iter`` iterations,
 float64). This is a deliberate departure from the authors' optimiser (torchuq ``TemperatureScaling``:
-Adam lr 1e-3 + ReduceLROnPlateau until lr < 1e-6, reference section 5); both minimise the same convex
+Adam lr 1e-3 + ReduceLROnPlateau until lr < 1e-6); both minimise the same convex
 1-D objective, LBFGS just gets to the optimum reliably and fast.
 
 Lightning 2 may call test hooks under ``torch.inference_mode()`` (Lightning issue 19910), where autograd
@@ -18,6 +18,7 @@ that block (a clone of an inference tensor made outside inference mode is a norm
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 
@@ -31,7 +32,23 @@ __all__ = [
     "make_class_recalibrator",
     "CLASS_RECALIBRATORS",
     "PROB_EPS",
+    "TemperatureClippedWarning",
 ]
+
+log = logging.getLogger(__name__)
+
+
+class TemperatureClippedWarning(UserWarning):
+    """The fitted temperature left ``[min_temperature, max_temperature]`` and was clipped.
+
+    It happens on (nearly) separable validation sets, where the cross-entropy keeps falling as T -> 0 or
+    T -> infinity. A run fits a temperature for each evaluation flavour, and all of them clip together, so
+    this warning is shown once per process (a ``"once"`` filter on this category); the fitted value is in
+    ``TemperatureScaler.unclipped_temperature_`` and a DEBUG log line.
+    """
+
+
+warnings.filterwarnings("once", category=TemperatureClippedWarning)
 
 #: Added to probabilities before the log in ``fit_from_probs`` / ``transform_probs`` (authors' value).
 PROB_EPS = 1e-10
@@ -80,7 +97,7 @@ class TemperatureScaler(ClassRecalibrator):
     max_iter:
         Maximum LBFGS iterations (a single ``LBFGS.step`` call).
     min_temperature, max_temperature:
-        The fitted ``T`` is clipped into this range (with a warning) -- only reachable on degenerate
+        The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`, once per process) -- only reachable on degenerate
         validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
         ``T -> 0``. A non-finite fit result falls back to ``T = 1`` with a warning.
     """
@@ -99,6 +116,7 @@ class TemperatureScaler(ClassRecalibrator):
         self.fitted = False
         self.final_loss_: float | None = None
         self.initial_loss_: float | None = None
+        self.unclipped_temperature_: float | None = None
 
     @property
     def temperature(self) -> float:
@@ -147,9 +165,18 @@ class TemperatureScaler(ClassRecalibrator):
             )
             fitted = 0.0
         lo, hi = math.log(self.min_temperature), math.log(self.max_temperature)
+        self.unclipped_temperature_ = math.exp(fitted)
         if not lo <= fitted <= hi:
+            log.debug(
+                "fitted temperature %.3g clipped to [%s, %s]",
+                math.exp(fitted),
+                self.min_temperature,
+                self.max_temperature,
+            )
             warnings.warn(
-                f"fitted temperature {math.exp(fitted):.3g} clipped to [{self.min_temperature}, {self.max_temperature}]",
+                f"temperature scaling clipped the fitted temperature to [{self.min_temperature}, "
+                f"{self.max_temperature}] (a separable validation set); shown once per process",
+                TemperatureClippedWarning,
                 stacklevel=2,
             )
             fitted = min(max(fitted, lo), hi)
