@@ -513,6 +513,7 @@ def regression_mmd(
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         eps = torch.randn((num_samples, n), generator=generator, dtype=mean.dtype, device=mean.device)
     else:
+        eps = torch.as_tensor(eps)
         if eps.dim() != 2 or eps.shape[1] != n:
             raise ValueError(f"eps must have shape (M, n) = (M, {n}), got {tuple(eps.shape)}")
         eps = eps.to(mean.dtype)

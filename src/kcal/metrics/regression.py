@@ -67,11 +67,24 @@ def gaussian_nll(forecast, y, reduction: str = "mean") -> Tensor:
     return nll.mean() if reduction == "mean" else nll.sum()
 
 
-def nll(forecast, y) -> Tensor:
-    """Mean of ``-forecast.log_prob(y)`` over all rows (any forecast, see :func:`as_forecast`)."""
+def _reduce(values: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return values.mean()
+    if reduction == "sum":
+        return values.sum()
+    if reduction == "none":
+        return values
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def nll(forecast, y, reduction: str = "mean") -> Tensor:
+    """``-forecast.log_prob(y)`` in nats, averaged over rows (``reduction="sum"``/``"none"``: summed / per row).
+
+    Any forecast (see :func:`as_forecast`), e.g. a recalibrated one.
+    """
     f = as_forecast(forecast)
     y = as_vector(y, "y")
-    return (-f.log_prob(y)).mean()
+    return _reduce(-f.log_prob(y), reduction)
 
 
 def pit(forecast, y) -> Tensor:
@@ -92,12 +105,12 @@ def sharpness(forecast) -> Tensor:
     return as_vector(forecast, "std").mean()
 
 
-def crps(forecast, y) -> Tensor:
+def crps(forecast, y, reduction: str = "mean") -> Tensor:
     r"""Mean closed-form CRPS of Gaussian forecasts (Gneiting & Raftery 2007), in target units.
 
     :math:`\mathrm{CRPS}(\mathcal N(\mu,\sigma^2), y) = \sigma\,[z(2\Phi(z)-1) + 2\varphi(z) - 1/\sqrt\pi]`
     with :math:`z=(y-\mu)/\sigma`; equals :math:`\int (F(t) - 1[t\ge y])^2\,dt`. ``forecast`` is
-    ``(mean, std)`` or a ``Normal``.
+    ``(mean, std)`` or a ``Normal``; ``reduction="sum"``/``"none"`` sums / returns the per-row values.
     """
     mean, std = gaussian_params(forecast)
     mean, std, y = as_vector(mean, "mean"), as_vector(std, "std"), as_vector(y, "y")
@@ -105,7 +118,7 @@ def crps(forecast, y) -> Tensor:
     z = (y - mean) / std
     cdf = 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))
     pdf = torch.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    return (std * (z * (2.0 * cdf - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi))).mean()
+    return _reduce(std * (z * (2.0 * cdf - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi)), reduction)
 
 
 def crps_gaussian(mean, std, y) -> Tensor:
