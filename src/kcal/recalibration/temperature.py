@@ -42,13 +42,15 @@ class TemperatureClippedWarning(UserWarning):
     """The fitted temperature left ``[min_temperature, max_temperature]`` and was clipped.
 
     It happens on (nearly) separable validation sets, where the cross-entropy keeps falling as T -> 0 or
-    T -> infinity. A run fits a temperature for each evaluation flavour, and all of them clip together, so
-    this warning is shown once per process (a ``"once"`` filter on this category); the fitted value is in
-    ``TemperatureScaler.unclipped_temperature_`` and a DEBUG log line.
+    T -> infinity. One run fits the same validation logits more than once (the exact evaluation and the
+    figures) and the official flavour's probabilities once more, so the warning is raised only by
+    :meth:`TemperatureScaler.fit` and only when its message differs from the previous clip warning of the
+    process; ``fit_from_probs`` and repeats report the clip as a DEBUG log line. The unclipped value is kept in
+    ``TemperatureScaler.unclipped_temperature_``.
     """
 
 
-warnings.filterwarnings("once", category=TemperatureClippedWarning)
+_last_clip_message: list[str] = []  # the previous clip warning's text (one element at most)
 
 #: Added to probabilities before the log in ``fit_from_probs`` / ``transform_probs`` (authors' value).
 PROB_EPS = 1e-10
@@ -97,7 +99,7 @@ class TemperatureScaler(ClassRecalibrator):
     max_iter:
         Maximum LBFGS iterations (a single ``LBFGS.step`` call).
     min_temperature, max_temperature:
-        The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`, once per process) -- only reachable on degenerate
+        The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`) -- only reachable on degenerate
         validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
         ``T -> 0``. A non-finite fit result falls back to ``T = 1`` with a warning.
     """
@@ -122,8 +124,11 @@ class TemperatureScaler(ClassRecalibrator):
     def temperature(self) -> float:
         return math.exp(self._log_t)
 
-    def fit(self, logits: torch.Tensor, labels: torch.Tensor) -> TemperatureScaler:
-        """Fit ``T`` on the full validation set. ``logits``: (n, m); ``labels``: (n,) integer classes."""
+    def fit(self, logits: torch.Tensor, labels: torch.Tensor, *, quiet: bool = False) -> TemperatureScaler:
+        """Fit ``T`` on the full validation set. ``logits``: (n, m); ``labels``: (n,) integer classes.
+
+        ``quiet``: report a clipped temperature as a DEBUG log line instead of a warning.
+        """
         if logits.dim() != 2:
             raise ValueError(f"logits must have shape (n, num_classes), got {tuple(logits.shape)}")
         if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
@@ -167,18 +172,15 @@ class TemperatureScaler(ClassRecalibrator):
         lo, hi = math.log(self.min_temperature), math.log(self.max_temperature)
         self.unclipped_temperature_ = math.exp(fitted)
         if not lo <= fitted <= hi:
-            log.debug(
-                "fitted temperature %.3g clipped to [%s, %s]",
-                math.exp(fitted),
-                self.min_temperature,
-                self.max_temperature,
+            message = (
+                f"fitted temperature {math.exp(fitted):.3g} clipped to [{self.min_temperature}, "
+                f"{self.max_temperature}] (a separable validation set)"
             )
-            warnings.warn(
-                f"temperature scaling clipped the fitted temperature to [{self.min_temperature}, "
-                f"{self.max_temperature}] (a separable validation set); shown once per process",
-                TemperatureClippedWarning,
-                stacklevel=2,
-            )
+            if quiet or _last_clip_message == [message]:
+                log.debug(message)
+            else:
+                _last_clip_message[:] = [message]
+                warnings.warn(message, TemperatureClippedWarning, stacklevel=2)
             fitted = min(max(fitted, lo), hi)
         self._log_t = fitted
         self.fitted = True
@@ -186,7 +188,7 @@ class TemperatureScaler(ClassRecalibrator):
 
     def fit_from_probs(self, probs: torch.Tensor, labels: torch.Tensor) -> TemperatureScaler:
         """Official flavour: fit on ``log(probs + 1e-10)`` used as logits (what torchuq received)."""
-        return self.fit(_probs_to_logits(probs.detach()), labels)
+        return self.fit(_probs_to_logits(probs.detach()), labels, quiet=True)
 
     def scale(self, logits: torch.Tensor) -> torch.Tensor:
         """Recalibrated logits ``logits / T``."""
