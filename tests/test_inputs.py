@@ -116,3 +116,13 @@ def test_kce_bandwidth_names_match_classification_mmd():
     assert torch.equal(a, C.kce(probs, labels, x, bandwidth_x=3.0, bandwidth_y=0.2))  # former name
     assert torch.equal(a, mmd.classification_mmd(probs, labels, x, bandwidth_z=3.0, bandwidth_y=0.2))
     assert np.isclose(float(C.kce(probs, labels, x)), float(mmd.classification_mmd(probs, labels, x)))
+
+
+def test_sample_mmd2_takes_z_as_a_gram_matrix_or_as_values_with_a_kernel():
+    g = torch.Generator().manual_seed(4)
+    f, t = torch.randn(5, 20, generator=g, dtype=DT), torch.randn(1, 20, generator=g, dtype=DT)
+    z = torch.randn(20, 2, generator=g, dtype=DT)
+    k, kz = get_kernel("rbf", bandwidth=0.7), get_kernel("rbf", bandwidth=2.0)
+    assert torch.equal(mmd.sample_mmd2(f, t, k, kz(z, z)), mmd.sample_mmd2(f, t, k, z=z, kernel_z=kz))
+    with pytest.raises(ValueError, match="kernel_z"):
+        mmd.sample_mmd2(f, t, k, z=z)

@@ -117,7 +117,7 @@ class MMCELoss(nn.Module):
 
 
 class ECEKDELoss(nn.Module):
-    """L_p canonical ECE^KDE of Popordanoska et al. (2022) on class probabilities (:func:`kcal.baselines.ece_kde`)."""
+    """L_p canonical ECE^KDE of Popordanoska et al. (2022) on class probabilities (``baselines.ece_kde``)."""
 
     def __init__(self, p: float = 1, bandwidth: float | None = None, validate_args: bool = True, **options):
         super().__init__()

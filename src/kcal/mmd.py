@@ -119,13 +119,18 @@ def sample_mmd2(
     kernel: Callable[[Tensor, Tensor], Tensor],
     k_z: Tensor | None = None,
     pairing: str = "index",
+    *,
+    z: Tensor | None = None,
+    kernel_z: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
     """Generic unbiased MMD^2 between a forecast and a target variable given as Monte-Carlo draws.
 
     ``forecast`` has shape ``(Mf, n[, p])`` and ``target`` ``(Mt, n[, p])`` (draws first, as
     ``Distribution.sample((M,))`` returns them); a deterministic variable has M = 1. The estimate is
-    symmetric in the two variables. ``kernel(a, b)`` is a Gram-matrix kernel on the variable (see ``kcal.kernels``) and ``k_z`` an
-    optional ``(n, n)`` Gram matrix of the conditioning variable, multiplied in (product kernel, Lemma 4.1).
+    symmetric in the two variables. ``kernel(a, b)`` is a Gram-matrix kernel on the variable (see
+    ``kcal.kernels``). The conditioning variable enters as its ``(n, n)`` Gram matrix ``k_z``, multiplied
+    in (product kernel, Lemma 4.1), or, like the variable, as a kernel and its values: ``z`` ``(n[, d])``
+    with ``kernel_z(a, b)`` (then ``k_z = kernel_z(z, z)``).
     The forecast randomness is marginalised empirically (paper §4: "resampling the forecasted labels
     multiple times per example"):
 
@@ -141,6 +146,12 @@ def sample_mmd2(
     if pairing not in PAIRINGS:
         raise ValueError(f"unknown pairing {pairing!r}; valid: {list(PAIRINGS)}")
     forecast, target = torch.as_tensor(forecast), torch.as_tensor(target)
+    if z is not None or kernel_z is not None:
+        if z is None or kernel_z is None or k_z is not None:
+            raise ValueError(
+                "pass the conditioning variable either as k_z (a Gram matrix) or as z with kernel_z"
+            )
+        k_z = kernel_z(torch.as_tensor(z), torch.as_tensor(z))
     t = _as_draws(target, "target")
     f = _as_draws(forecast, "forecast")
     if t.shape[1:] != f.shape[1:]:

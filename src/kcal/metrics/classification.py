@@ -74,7 +74,7 @@ def _ce_from_bins(count: Tensor, csum: Tensor, hsum: Tensor, n: int, norm: str) 
 
 
 def ece(probs, labels, n_bins: int = 20, norm: str = "l1") -> Tensor:
-    r"""Top-label expected calibration error with equal-width bins ``(lo, hi]`` on [0, 1] (see :func:`bin_index`).
+    r"""Top-label expected calibration error with equal-width bins ``(lo, hi]`` on [0, 1] (:func:`bin_index`).
 
     Confidence :math:`r_i = \max_c p_{ic}`, correctness :math:`1[\arg\max_c p_{ic} = y_i]`.
 

@@ -2,8 +2,8 @@
 
 The authors' code (repository ``kernel-calibration/kernel-calibration``, PyTorch Lightning 1.5.10,
 torchmetrics 0.8.2) computes its test metrics per test batch, with several departures from the textbook
-definitions; each is listed below with the function that reproduces it. These functions take the SAME prediction tensors as the exact metrics in
-:mod:`kcal.metrics.regression` / :mod:`kcal.metrics.classification` and emulate the official test
+definitions; each is listed below with the function that reproduces it. These functions take the
+SAME prediction tensors as the exact metrics in :mod:`kcal.metrics.regression` / :mod:`kcal.metrics.classification` and emulate the official test
 loop: consecutive rows in the given order (the test loader does not shuffle) are cut into batches
 of ``batch_size`` with ``drop_last=True``, i.e. only the first ``batch_size * (n // batch_size)``
 rows are used by EVERY official metric (regression 128, classification 8).  ``n < batch_size``

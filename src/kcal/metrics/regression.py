@@ -78,7 +78,7 @@ def _reduce(values: Tensor, reduction: str) -> Tensor:
 
 
 def nll(forecast, y, reduction: str = "mean") -> Tensor:
-    """``-forecast.log_prob(y)`` in nats, averaged over rows (``reduction="sum"``/``"none"``: summed / per row).
+    """``-forecast.log_prob(y)`` in nats, averaged over rows (``reduction="sum"``: summed, ``"none"``: per row).
 
     Any forecast (see :func:`as_forecast`), e.g. a recalibrated one.
     """

@@ -45,8 +45,8 @@ class TemperatureClippedWarning(UserWarning):
     T -> infinity. One run fits the same validation logits more than once (the exact evaluation and the
     figures) and the official flavour's probabilities once more, so the warning is raised only by
     :meth:`TemperatureScaler.fit` and only when its message differs from the previous clip warning of the
-    process; ``fit_from_probs`` and repeats report the clip as a DEBUG log line. The unclipped value is kept in
-    ``TemperatureScaler.unclipped_temperature_``.
+    process; ``fit_from_probs`` and repeats report the clip as a DEBUG log line. The unclipped value is
+    kept in ``TemperatureScaler.unclipped_temperature_``.
     """
 
 
@@ -99,8 +99,8 @@ class TemperatureScaler(ClassRecalibrator):
     max_iter:
         Maximum LBFGS iterations (a single ``LBFGS.step`` call).
     min_temperature, max_temperature:
-        The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`) -- only reachable on degenerate
-        validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
+        The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`) -- only
+        reachable on degenerate validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
         ``T -> 0``. A non-finite fit result falls back to ``T = 1`` with a warning.
     """
 
