@@ -126,3 +126,16 @@ def test_sample_mmd2_takes_z_as_a_gram_matrix_or_as_values_with_a_kernel():
     assert torch.equal(mmd.sample_mmd2(f, t, k, kz(z, z)), mmd.sample_mmd2(f, t, k, z=z, kernel_z=kz))
     with pytest.raises(ValueError, match="kernel_z"):
         mmd.sample_mmd2(f, t, k, z=z)
+
+
+def test_the_low_level_estimators_accept_numpy_too():
+    _, probs, labels, x = _classes(n=25)
+    k_y, k_z = torch.eye(5, dtype=DT), get_kernel("rbf", bandwidth=3.0)(x, x)
+    assert torch.equal(
+        mmd.analytic_mmd2(probs.numpy(), labels.numpy(), k_y.numpy(), k_z.numpy()),
+        mmd.analytic_mmd2(probs, labels, k_y, k_z),
+    )
+    assert torch.equal(
+        mmd.mmd2_unbiased(k_z.numpy(), k_z.numpy(), k_z.numpy()), mmd.mmd2_unbiased(k_z, k_z, k_z)
+    )
+    assert baselines.select_bandwidth(probs.numpy()) == baselines.select_bandwidth(probs)

@@ -156,6 +156,7 @@ def dirichlet_log_kernel(probs: Tensor, bandwidth: float | Tensor) -> Tensor:
     The diagonal is set to ``-inf`` (leave-one-out). ``bandwidth`` may be a tensor of shape ``(H,)``, in
     which case the result has shape ``(H, n, n)`` (all candidates at once).
     """
+    probs = torch.as_tensor(probs)
     h = torch.as_tensor(bandwidth, dtype=probs.dtype, device=probs.device)
     if h.dim() == 1:
         h = h.reshape(-1, 1, 1)
@@ -175,6 +176,7 @@ def loo_log_likelihood(probs: Tensor, grid: Tensor | Sequence[float], authors: b
     ``authors=True``: the original selector's objective ``sum_i [logsumexp_{j != i} log K_h[i, j] -
     log((n - 1) h)]`` (it additionally divides the already normalised Dirichlet density by h).
     """
+    probs = torch.as_tensor(probs)
     grid_t = torch.as_tensor(grid, dtype=probs.dtype, device=probs.device).reshape(-1)
     n = probs.shape[0]
     if n < 2:
@@ -202,6 +204,7 @@ def select_bandwidth(
     """
     if fallback not in ("none", "authors"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: ['authors', 'none']")
+    probs = torch.as_tensor(probs)
     if grid is None:
         grid_t = default_bandwidth_grid(dtype=probs.dtype, device=probs.device)
     else:

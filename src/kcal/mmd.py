@@ -76,6 +76,7 @@ def mmd2_unbiased(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor) -> Tensor:
     Inputs have shape ``(..., n, n)`` (leading batch dims are kept: the result has shape ``(...)``).
     ``n < 2`` raises ``ValueError`` (the U-statistic needs at least one pair).
     """
+    k_tt, k_tf, k_ff = (torch.as_tensor(k) for k in (k_tt, k_tf, k_ff))
     if not (k_tt.shape[-2:] == k_tf.shape[-2:] == k_ff.shape[-2:]):
         raise ValueError(
             f"Gram matrices must share their last two dims, got {tuple(k_tt.shape)}, {tuple(k_tf.shape)}, "
@@ -191,6 +192,9 @@ def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None
     then ``mmd2_unbiased``. Cost O(n^2 m + n m^2). Batched: ``probs (..., n, m)``, ``labels (..., n)``,
     ``k_y (m, m)`` or ``(..., m, m)``, ``k_z (..., n, n)``; returns shape ``(...)``.
     """
+    probs, labels, k_y = torch.as_tensor(probs), torch.as_tensor(labels), torch.as_tensor(k_y)
+    if k_z is not None:
+        k_z = torch.as_tensor(k_z)
     m = probs.shape[-1]
     if k_y.shape[-2:] != (m, m):
         raise ValueError(f"k_y must be ({m}, {m}) for {m} classes, got {tuple(k_y.shape)}")
