@@ -77,7 +77,7 @@ def test_mmce_matches_loops(seed, weighted, bw):
     acc = (probs.argmax(-1) == labels).double().mean()
     assert 0 < acc < 1
     _rel_close(
-        mmce(probs, labels, bandwidth=bw, weighted=weighted),
+        mmce(probs, labels, bandwidth=bw, weighted=weighted, scaling="authors"),
         ref_mmce(probs.numpy(), labels.numpy(), bw, weighted),
     )
 
@@ -88,13 +88,61 @@ def test_mmce_degenerate_batches_and_zeros():
         v = mmce(probs, labels)
         (gp,) = torch.autograd.grad(v, probs)
         assert float(v.detach()) == 0.0 and torch.isfinite(gp).all() and gp.abs().sum() == 0
-    v = mmce(probs, torch.tensor([0, 0, 0]))  # mixed, with exact zeros in the probabilities
+    v = mmce(
+        probs, torch.tensor([0, 0, 0]), scaling="authors"
+    )  # mixed, with exact zeros in the probabilities
     (gp,) = torch.autograd.grad(v, probs)
     assert torch.isfinite(v) and torch.isfinite(gp).all()
     _rel_close(v, ref_mmce(probs.detach().numpy(), [0, 0, 0], 0.4))
     assert float(mmce(probs.detach()[:1], torch.tensor([0]))) == 0.0  # a single example is all-correct
     with pytest.raises(ValueError, match="bandwidth"):
         mmce(probs, torch.tensor([0, 0, 0]), bandwidth=0.0)
+
+
+def ref_mmce_kumar(probs, labels, bw):
+    """Weighted MMCE of Kumar, Sarawagi & Jain (2018), written out: with D_c the correct and D_w the wrong
+    examples, m = |D_c|, MMCE_w^2 = sum_{i,j in D_c} (1-r_i)(1-r_j) k_ij / m^2
+    + sum_{i,j in D_w} r_i r_j k_ij / (N-m)^2 - 2 sum_{i in D_c, j in D_w} (1-r_i) r_j k_ij / (m (N-m))."""
+    n = len(labels)
+    r = [max(probs[i]) for i in range(n)]
+    c = [int(np.argmax(probs[i])) == int(labels[i]) for i in range(n)]
+    m = sum(c)
+    total = 0.0
+    for i in range(n):
+        for j in range(n):
+            k = math.exp(-abs(r[i] - r[j]) / bw)
+            if c[i] and c[j]:
+                total += (1 - r[i]) * (1 - r[j]) * k / m**2
+            elif not c[i] and not c[j]:
+                total += r[i] * r[j] * k / (n - m) ** 2
+            elif c[i]:
+                total -= 2 * (1 - r[i]) * r[j] * k / (m * (n - m))
+    return math.sqrt(max(total, 0.0))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("n", [11, 40])
+def test_mmce_default_is_kumar_et_al_formula(seed, n):
+    logits, labels = _inputs(n=n, m=4, seed=seed)
+    probs = torch.softmax(logits, -1)
+    ref = ref_mmce_kumar(probs.numpy(), labels.numpy(), 0.4)
+    value = float(mmce(probs, labels))
+    assert abs(value - ref) <= 1e-6 * ref + 1e-9, (value, ref)  # +1e-10 under the sqrt only
+    authors = float(mmce(probs, labels, scaling="authors"))
+    assert abs(authors - value) > 1e-6  # the authors' extra 1/m^2 gives another number
+
+
+def test_mmce_inputs_numpy_logits_and_bad_scaling():
+    logits, labels = _inputs(n=12, m=3, seed=5)
+    probs = torch.softmax(logits, -1)
+    assert float(mmce(probs.numpy(), labels.numpy())) == float(mmce(probs, labels))
+    assert float(ece_kde(probs.numpy(), labels.numpy())) == float(ece_kde(probs, labels))
+    with pytest.raises(ValueError, match="softmax"):
+        mmce(logits, labels)
+    with pytest.raises(ValueError, match="softmax"):
+        ece_kde(logits, labels)
+    with pytest.raises(ValueError, match="kumar"):
+        mmce(probs, labels, scaling="paper")
 
 
 def test_mmce_gradient_wrt_logits():

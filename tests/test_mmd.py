@@ -209,7 +209,7 @@ def test_regression_forms_match_naive_loops(form, kernel_y, p, kernel_z, pairing
     mean, std, y, x, eps, groups = _reg_inputs(seed=hash((form, kernel_y, kernel_z)) % 1000)
     bw_z = 1.3
     kw = _call_kwargs(form, kernel_y, p, kernel_z, bw_z)
-    val = regression_mmd(mean, std, y, x, eps=eps, groups=groups, pairing=pairing, **kw)
+    val = regression_mmd((mean, std), y, x, eps=eps, groups=groups, pairing=pairing, **kw)
     ky = _scalar_kernel(
         kernel_y,
         bw=p.get("bw", 1.0),
@@ -249,7 +249,7 @@ def test_threshold_and_decision_conditioning_take_both_values():
 def test_analytic_pairing_matches_closed_form_loops(form, kname):
     mean, std, y, x, eps, _ = _reg_inputs(seed=11)
     val = regression_mmd(
-        mean, std, y, x, form=form, kernel_y=kname, bandwidth_y=0.6, bandwidth_z=1.7, pairing="analytic"
+        (mean, std), y, x, form=form, kernel_y=kname, bandwidth_y=0.6, bandwidth_z=1.7, pairing="analytic"
     )
     ref = ref_regression_analytic(mean.numpy(), std.numpy(), y.numpy(), x.numpy(), kname, 0.6, 1.7, form)
     _rel_close(val, ref)
@@ -261,9 +261,9 @@ def test_analytic_pairing_is_expectation_of_sampled_estimators():
     reps = 1500
     eps = torch.randn(reps, 4, 12, generator=g, dtype=DT)
     kw = dict(form="individual", bandwidth_y=0.5, bandwidth_z=2.0)
-    target = float(regression_mmd(mean, std, y, x, pairing="analytic", **kw))
+    target = float(regression_mmd((mean, std), y, x, pairing="analytic", **kw))
     for pairing in ["index", "cross"]:
-        vals = vmap(lambda e, pr=pairing: regression_mmd(mean, std, y, x, eps=e, pairing=pr, **kw))(eps)
+        vals = vmap(lambda e, pr=pairing: regression_mmd((mean, std), y, x, eps=e, pairing=pr, **kw))(eps)
         se = float(vals.std() / math.sqrt(reps))
         assert abs(float(vals.mean()) - target) < 3 * se, (pairing, float(vals.mean()), target, se)
 
@@ -273,11 +273,11 @@ def test_fast_index_path_equals_generic_values_and_gradients():
     for form, kz in [("individual", K.rbf(x, x, 1.5)), ("marginal", None)]:
         m_ = mean.clone().requires_grad_()
         s_ = std.clone().requires_grad_()
-        fast = regression_mmd(m_, s_, y, x, form=form, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps)
+        fast = regression_mmd((m_, s_), y, x, form=form, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps)
         g_fast = torch.autograd.grad(fast, [m_, s_])
         gen = mmd.sample_mmd2(
-            y.reshape(1, -1, 1),
             (m_ + s_ * eps).unsqueeze(-1),
+            y.reshape(1, -1, 1),
             K.get_kernel("rbf", bandwidth=0.4),
             kz,
             "index",
@@ -288,7 +288,7 @@ def test_fast_index_path_equals_generic_values_and_gradients():
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-14)
         with torch.no_grad():
             _rel_close(
-                regression_mmd(mean, std, y, x, form=form, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps),
+                regression_mmd((mean, std), y, x, form=form, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps),
                 float(gen),
                 rtol=1e-10,
             )
@@ -298,7 +298,7 @@ def test_fast_index_path_equals_generic_values_and_gradients():
     for pairing in ("index", "analytic"):
         assert torch.autograd.gradcheck(
             lambda a, b, pr=pairing: regression_mmd(
-                a, b, y, x, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps, pairing=pr
+                (a, b), y, x, bandwidth_y=0.4, bandwidth_z=1.5, eps=eps, pairing=pr
             ),
             (m_, s_),
         )
@@ -309,10 +309,10 @@ def test_fused_analytic_path_equals_autograd_formulation(form):
     mean, std, y, x, _, groups = _reg_inputs(n=11, seed=12)
     kw = dict(form=form, bandwidth_y=0.6, bandwidth_z=1.4, pairing="analytic", groups=groups)
     m_, s_ = mean.clone().requires_grad_(), std.clone().requires_grad_()
-    fused = regression_mmd(m_, s_, y, x, **kw)
+    fused = regression_mmd((m_, s_), y, x, **kw)
     g_fused = torch.autograd.grad(fused, [m_, s_])
     y_req = y.clone().requires_grad_()  # a label that needs a gradient forces the autograd formulation
-    plain = regression_mmd(m_, s_, y_req, x, **kw)
+    plain = regression_mmd((m_, s_), y_req, x, **kw)
     g_plain = torch.autograd.grad(plain, [m_, s_])
     _rel_close(fused, float(plain.detach()), rtol=1e-10)
     for a, b in zip(g_fused, g_plain, strict=True):
@@ -322,16 +322,16 @@ def test_fused_analytic_path_equals_autograd_formulation(form):
 def test_vmap_over_noise_matches_loop_and_generator_reproducible():
     mean, std, y, x, _, _ = _reg_inputs(n=8, seed=4)
     eps = torch.randn(5, 3, 8, generator=torch.Generator().manual_seed(1), dtype=DT)
-    batched = vmap(lambda e: regression_mmd(mean, std, y, x, eps=e, bandwidth_z=2.0))(eps)
-    looped = torch.stack([regression_mmd(mean, std, y, x, eps=e, bandwidth_z=2.0) for e in eps])
+    batched = vmap(lambda e: regression_mmd((mean, std), y, x, eps=e, bandwidth_z=2.0))(eps)
+    looped = torch.stack([regression_mmd((mean, std), y, x, eps=e, bandwidth_z=2.0) for e in eps])
     np.testing.assert_allclose(batched.numpy(), looped.numpy(), rtol=1e-10)
     # torch.func.grad (functional autograd) agrees with eager autograd
-    g_func = torch.func.grad(lambda mm: regression_mmd(mm, std, y, x, eps=eps[0], bandwidth_z=2.0))(mean)
+    g_func = torch.func.grad(lambda mm: regression_mmd((mm, std), y, x, eps=eps[0], bandwidth_z=2.0))(mean)
     m_ = mean.clone().requires_grad_()
-    (g_eager,) = torch.autograd.grad(regression_mmd(m_, std, y, x, eps=eps[0], bandwidth_z=2.0), m_)
+    (g_eager,) = torch.autograd.grad(regression_mmd((m_, std), y, x, eps=eps[0], bandwidth_z=2.0), m_)
     np.testing.assert_allclose(g_func.numpy(), g_eager.numpy(), rtol=1e-9, atol=1e-14)
-    a = regression_mmd(mean, std, y, x, num_samples=6, generator=torch.Generator().manual_seed(7))
-    b = regression_mmd(mean, std, y, x, num_samples=6, generator=torch.Generator().manual_seed(7))
+    a = regression_mmd((mean, std), y, x, num_samples=6, generator=torch.Generator().manual_seed(7))
+    b = regression_mmd((mean, std), y, x, num_samples=6, generator=torch.Generator().manual_seed(7))
     assert float(a) == float(b)
 
 
@@ -370,7 +370,9 @@ def test_regression_unbiased_and_detects_miscalibration(form, kw):
     x, mu, s, y, eps, groups = _simulate(reps, n, m, seed=len(form) + 7 * len(kw))
 
     def run(mean, std):
-        f = vmap(lambda a, b, yy, xx, e, gr: regression_mmd(a, b, yy, xx, form=form, eps=e, groups=gr, **kw))
+        f = vmap(
+            lambda a, b, yy, xx, e, gr: regression_mmd((a, b), yy, xx, form=form, eps=e, groups=gr, **kw)
+        )
         v = f(mean, std, y, x, eps, groups)
         return float(v.mean()), float(v.std() / math.sqrt(reps))
 
@@ -395,7 +397,7 @@ def test_regression_gradients_finite_nonzero(form, kernel_y, p, kernel_z, pairin
     mean.requires_grad_()
     std.requires_grad_()
     kw = _call_kwargs(form, kernel_y, p, kernel_z, 1.3)
-    val = regression_mmd(mean, std, y, x, eps=eps, groups=groups, pairing=pairing, **kw)
+    val = regression_mmd((mean, std), y, x, eps=eps, groups=groups, pairing=pairing, **kw)
     gm, gs = torch.autograd.grad(val, [mean, std])
     for gr in (gm, gs):
         assert torch.isfinite(gr).all() and gr.abs().sum() > 0
@@ -404,7 +406,7 @@ def test_regression_gradients_finite_nonzero(form, kernel_y, p, kernel_z, pairin
 def test_regression_float32_runs_and_backprops():
     mean, std, y, x, eps, _ = _reg_inputs(n=32, seed=8)
     mean = mean.float().requires_grad_()
-    val = regression_mmd(mean, std.float(), y.float(), x.float(), eps=eps.float(), bandwidth_z=3.0)
+    val = regression_mmd((mean, std.float()), y.float(), x.float(), eps=eps.float(), bandwidth_z=3.0)
     assert val.dtype == torch.float32
     (gm,) = torch.autograd.grad(val, mean)
     assert torch.isfinite(gm).all()
@@ -617,10 +619,10 @@ def test_mmd2_unbiased_batch_and_small_n():
 def test_small_batches_constant_targets_and_errors():
     mean, std, y, x, eps, groups = _reg_inputs(n=2, seed=1)
     for form in mmd.REGRESSION_FORMS:
-        v = regression_mmd(mean, std, y, x, form=form, eps=eps, groups=groups, features=[0])
+        v = regression_mmd((mean, std), y, x, form=form, eps=eps, groups=groups, features=[0])
         assert torch.isfinite(v)
     with pytest.raises(ValueError, match="n=2"):
-        regression_mmd(mean[:1], std[:1], y[:1], x[:1])
+        regression_mmd((mean[:1], std[:1]), y[:1], x[:1])
     logits, labels, xc = _cls_inputs(n=2, seed=1)
     for form in mmd.CLASSIFICATION_FORMS:
         assert torch.isfinite(classification_mmd(torch.softmax(logits, -1), labels, xc, form=form))
@@ -631,7 +633,7 @@ def test_small_batches_constant_targets_and_errors():
     mean.requires_grad_()
     for form in mmd.REGRESSION_FORMS:
         v = regression_mmd(
-            mean, std, torch.zeros(6, dtype=DT), x, form=form, eps=eps, groups=groups, features=[1]
+            (mean, std), torch.zeros(6, dtype=DT), x, form=form, eps=eps, groups=groups, features=[1]
         )
         (gm,) = torch.autograd.grad(v, mean)
         assert torch.isfinite(v) and torch.isfinite(gm).all()
@@ -648,7 +650,7 @@ def test_small_batches_constant_targets_and_errors():
 def test_validation_messages():
     mean, std, y, x, eps, groups = _reg_inputs(n=5, seed=1)
     with pytest.raises(ValueError, match="valid names") as err:
-        regression_mmd(mean, std, y, x, form="indivdual")
+        regression_mmd((mean, std), y, x, form="indivdual")
     assert "individual" in str(err.value) and "quantile" in str(err.value)
     with pytest.raises(ValueError, match="valid names") as err:
         classification_mmd(
@@ -656,35 +658,35 @@ def test_validation_messages():
         )
     assert "canonical" in str(err.value) and "top_label" in str(err.value)
     with pytest.raises(ValueError, match="valid names") as err:
-        regression_mmd(mean, std, y, x, kernel_y="gauss")
+        regression_mmd((mean, std), y, x, kernel_y="gauss")
     assert "rbf" in str(err.value)
     with pytest.raises(ValueError, match="valid names"):
-        regression_mmd(mean, std, y, x, kernel_z="nope")
+        regression_mmd((mean, std), y, x, kernel_z="nope")
     with pytest.raises(ValueError, match="pairing"):
-        regression_mmd(mean, std, y, x, pairing="diagonal")
+        regression_mmd((mean, std), y, x, pairing="diagonal")
     for bad in [0.0, -1.0, float("nan")]:
         with pytest.raises(ValueError, match="bandwidth_y"):
-            regression_mmd(mean, std, y, x, bandwidth_y=bad)
+            regression_mmd((mean, std), y, x, bandwidth_y=bad)
         with pytest.raises(ValueError, match="bandwidth_z"):
-            regression_mmd(mean, std, y, x, bandwidth_z=bad)
+            regression_mmd((mean, std), y, x, bandwidth_z=bad)
         with pytest.raises(ValueError, match="bandwidth_y"):
             classification_mmd(
                 torch.softmax(torch.randn(5, 3), -1), torch.zeros(5, dtype=torch.long), x, bandwidth_y=bad
             )
     with pytest.raises(ValueError, match="upper"):
-        regression_mmd(mean, std, y, x, kernel_y="threshold_family")
+        regression_mmd((mean, std), y, x, kernel_y="threshold_family")
     with pytest.raises(ValueError, match="pass x"):
-        regression_mmd(mean, std, y, None, form="individual")
+        regression_mmd((mean, std), y, None, form="individual")
     with pytest.raises(ValueError, match="groups"):
-        regression_mmd(mean, std, y, x, form="group")
+        regression_mmd((mean, std), y, x, form="group")
     with pytest.raises(ValueError, match="features"):
-        regression_mmd(mean, std, y, x, form="local")
+        regression_mmd((mean, std), y, x, form="local")
     with pytest.raises(ValueError, match="analytic"):
-        regression_mmd(mean, std, y, x, form="quantile", pairing="analytic")
+        regression_mmd((mean, std), y, x, form="quantile", pairing="analytic")
     with pytest.raises(ValueError, match="eps"):
-        regression_mmd(mean, std, y, x, eps=torch.randn(3, 4, dtype=DT))
+        regression_mmd((mean, std), y, x, eps=torch.randn(3, 4, dtype=DT))
     with pytest.raises(ValueError, match="num_samples"):
-        regression_mmd(mean, std, y, x, num_samples=0)
+        regression_mmd((mean, std), y, x, num_samples=0)
     with pytest.raises(ValueError, match="labels"):
         classification_mmd(torch.softmax(torch.randn(5, 3), -1), torch.full((5,), 3), x)
     # presets are discoverable and complete (paper Tables 1 and 2)

@@ -61,3 +61,30 @@ def test_invalid_objectives_are_rejected():
         Objective("nll_mmd", "regression", "mmd", -1.0)
     with pytest.raises(ValueError, match="bandwidth_y must be > 0"):
         Objective("nll_mmd", "regression", "mmd", 1.0, {"bandwidth_y": -0.1})
+
+
+@pytest.mark.parametrize("protocol, scaling", [("official", "authors"), ("clean", "kumar")])
+def test_xe_mmce_config_keeps_the_authors_mmce_scaling_under_the_official_protocol(protocol, scaling):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from kcal.train import CONFIG_DIR
+
+    from .test_baselines import ref_mmce, ref_mmce_kumar
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        overrides = ["dataset=breast-cancer", "objective=xe_mmce", f"dataset.protocol={protocol}"]
+        cfg = compose("train", overrides=overrides)
+    params = OmegaConf.to_container(cfg.objective.params, resolve=True)
+    assert params["scaling"] == scaling
+    obj = Objective(
+        cfg.objective.name, "classification", cfg.objective.regularizer, cfg.objective.weight, params
+    )
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(24, 3, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (24,), generator=g)
+    _, _, reg = obj(logits, torch.zeros(24, 2), y)
+    probs = torch.softmax(logits, -1).numpy()
+    # official: the value every xe_mmce run trained with before MMCE's default became Kumar et al.'s
+    ref = ref_mmce(probs, y.numpy(), 0.4) if scaling == "authors" else ref_mmce_kumar(probs, y.numpy(), 0.4)
+    assert abs(float(reg) - ref) <= 1e-6 * ref + 1e-9

@@ -1,9 +1,15 @@
 """Trainable calibration baselines of the paper's classification experiments (§6.2, results tables).
 
-* ``mmce``: MMCE_w of Kumar, Sarawagi & Jain (ICML 2018), following the kernel-calibration authors' torch
-  port of the original TensorFlow code (reference §3.4).
+* ``mmce``: MMCE_w of Kumar, Sarawagi & Jain (ICML 2018), the paper's formula by default; the extra
+  scaling of the kernel-calibration authors' torch port of the original TensorFlow code with
+  ``scaling="authors"``.
 * ``ece_kde``: the L_p canonical ECE^KDE of Popordanoska, Sayer & Blaschko (NeurIPS 2022, Eq. (9)) with the
-  Dirichlet kernel and leave-one-out (LOO) likelihood bandwidth selection (reference §3.5, quirk Q14).
+  Dirichlet kernel and leave-one-out (LOO) likelihood bandwidth selection (``fallback="authors"``
+  reproduces the authors' selector).
+
+Inputs: ``probs`` ``(n, m)`` class probabilities (numpy or torch; logits are refused, pass
+``softmax(logits, -1)``) and ``labels`` ``(n,)`` integer classes, checked by :func:`kcal.inputs.check_probs`
+(``validate_args=False`` skips the value checks and their host synchronisation in a training loop).
 
 Both return scalar tensors differentiable w.r.t. ``probs``. They are vectorised (no Python loops over
 examples, classes or candidate bandwidths) and use masks/weights instead of boolean indexing, so empty
@@ -18,11 +24,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from kcal.kernels import _check_positive, laplacian
-from kcal.mmd import check_class_inputs
+from kcal.inputs import check_probs
+from kcal.kernels import check_positive, laplacian
 
 __all__ = [
     "AUTHORS_BANDWIDTH_GRID",
+    "MMCE_SCALINGS",
     "default_bandwidth_grid",
     "dirichlet_log_kernel",
     "ece_kde",
@@ -35,33 +42,52 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------
 # MMCE
 # ----------------------------------------------------------------------------------------------------
-def mmce(probs: Tensor, labels: Tensor, bandwidth: float = 0.4, weighted: bool = True) -> Tensor:
+MMCE_SCALINGS = ("kumar", "authors")
+"""Valid ``scaling`` values of :func:`mmce`."""
+
+
+def mmce(
+    probs: Tensor,
+    labels: Tensor,
+    bandwidth: float = 0.4,
+    weighted: bool = True,
+    *,
+    scaling: str = "kumar",
+    validate_args: bool = True,
+) -> Tensor:
     """MMCE calibration regulariser (Kumar et al. 2018) on the top-label confidence.
 
     Notation: r_i = max_c q_i(c) (top-label confidence), c_i = 1{argmax q_i = y_i}, Laplacian kernel
     ``k(r, r') = exp(-|r - r'| / bandwidth)`` (the original code writes sigma = 0.2 and divides by 2*0.2,
-    i.e. bandwidth 0.4, hard-coded by the authors, reference Q13).
+    i.e. bandwidth 0.4, hard-coded by the authors).
 
-    ``weighted=True`` (MMCE_w, what the paper's baseline trains with), following the authors' port:
+    ``weighted=True`` (MMCE_w, what the paper's baseline trains with): examples are split into the
+    correct set C (size m) and the incorrect set I (size k) by masks, with the weighted sums
+    ``A = sum_{i,j in C} (1-r_i)(1-r_j) k_ij``, ``B = sum_{i,j in I} r_i r_j k_ij``,
+    ``X = sum_{i in C, j in I} (1-r_i) r_j k_ij`` (diagonal included, a V-statistic). Then
 
-    * examples are split into the correct set C (size m) and the incorrect set I (size k) by masks;
-    * weighted terms ``A = sum_{i,j in C} (1-r_i)(1-r_j) k_ij``, ``B = sum_{i,j in I} r_i r_j k_ij``,
-      ``X = sum_{i in C, j in I} (1-r_i) r_j k_ij`` (diagonal included, a V-statistic);
-    * "mean then divide" scaling kept from the original code: each sum is first averaged over its pair
-      matrix (``/m^2``, ``/k^2``, ``/(m k)``) and then divided again by ``m^2 + 1e-5``, ``k^2 + 1e-5``,
-      ``m k + 1e-5``: ``v = A/(m^2 (m^2+1e-5)) + B/(k^2 (k^2+1e-5)) - 2 X/(m k (m k+1e-5))``;
-    * result ``sqrt(v + 1e-10)``, and exactly 0 (with zero gradient) when all examples are correct or all
-      are wrong (the original code's ``cond_k * cond_k_p`` factor).
+    * ``scaling="kumar"`` (default, Kumar et al. 2018):
+      ``v = A/m^2 + B/k^2 - 2 X/(m k)``;
+    * ``scaling="authors"`` (the kernel-calibration authors' port, used by the ``xe_mmce`` objective
+      under the official protocol so that the reproduction matches their numbers): each sum is first
+      averaged over its pair matrix and then divided AGAIN by ``m^2 + 1e-5``, ``k^2 + 1e-5``,
+      ``m k + 1e-5``: ``v = A/(m^2 (m^2+1e-5)) + B/(k^2 (k^2+1e-5)) - 2 X/(m k (m k+1e-5))``. This is
+      smaller than Kumar et al.'s value by roughly the squared batch-half sizes, so its regularisation
+      weight is not comparable across batch sizes.
 
-    One deliberate numerical difference: ``v`` is clamped at 0 before the square root. Because of the
-    ``1e-5`` terms ``v`` can be very slightly negative (order 1e-5 relative), which gives NaN in the
-    authors' code; elsewhere the values are identical.
+    The result is ``sqrt(max(v, 0) + 1e-10)`` (the 1e-10 keeps the gradient finite at 0), and exactly 0
+    (with zero gradient) when all examples are correct or all are wrong (the original code's
+    ``cond_k * cond_k_p`` factor). The clamp at 0 departs from the authors' code, where the ``1e-5`` terms
+    can make ``v`` very slightly negative (order 1e-5 relative) and give NaN.
 
     ``weighted=False``: the unweighted MMCE_m of Kumar et al.:
-    ``sqrt(max(0, sum_ij (c_i - r_i)(c_j - r_j) k_ij / n^2) + 1e-10)``.
+    ``sqrt(max(0, sum_ij (c_i - r_i)(c_j - r_j) k_ij / n^2) + 1e-10)`` (``scaling`` does not apply).
     """
-    n, _ = check_class_inputs(probs, labels)
-    bandwidth = _check_positive("bandwidth", bandwidth)
+    if scaling not in MMCE_SCALINGS:
+        raise ValueError(f"unknown MMCE scaling {scaling!r}; valid: {list(MMCE_SCALINGS)}")
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
+    n = probs.shape[0]
+    bandwidth = check_positive("bandwidth", bandwidth)
     conf, pred = probs.max(dim=-1)
     correct = (pred == labels).to(probs.dtype)
     kern = laplacian(conf, conf, bandwidth)  # (n, n)
@@ -78,11 +104,14 @@ def mmce(probs: Tensor, labels: Tensor, bandwidth: float = 0.4, weighted: bool =
     b = w_i @ kern @ w_i
     x = w_c @ kern @ w_i
     mc1, mi1 = m_c.clamp_min(1.0), m_i.clamp_min(1.0)  # only to keep the degenerate branch finite
-    v = (
-        a / (mc1 * mc1) / (m_c * m_c + 1e-5)
-        + b / (mi1 * mi1) / (m_i * m_i + 1e-5)
-        - 2.0 * x / (mc1 * mi1) / (m_c * m_i + 1e-5)
-    )
+    if scaling == "authors":
+        v = (
+            a / (mc1 * mc1) / (m_c * m_c + 1e-5)
+            + b / (mi1 * mi1) / (m_i * m_i + 1e-5)
+            - 2.0 * x / (mc1 * mi1) / (m_c * m_i + 1e-5)
+        )
+    else:
+        v = a / (mc1 * mc1) + b / (mi1 * mi1) - 2.0 * x / (mc1 * mi1)
     val = torch.sqrt(v.clamp_min(0.0) + 1e-10)
     ok = (m_c > 0) & (m_i > 0)
     return torch.where(ok, val, torch.zeros_like(val))
@@ -95,7 +124,7 @@ def default_bandwidth_grid(dtype=torch.float64, device=None) -> Tensor:
     """The authors' candidate grid: 15 log-spaced values 1e-5 ... 1e-1, then 0.2, 0.4, 0.6, 0.8, 1.0.
 
     The original code writes ``torch.logspace(start=-5, end=-1, steps=15)``; torch's logspace takes
-    *exponents*, so the values are 10^-5 ... 10^-1 (what the reference summarises as "logspace(1e-5, 1e-1,
+    *exponents*, so the values are 10^-5 ... 10^-1 (it is easy to misread as "logspace(1e-5, 1e-1,
     15)"). Read literally, ``logspace(1e-5, 1e-1, 15)`` would mean 10^(1e-5) ... 10^(0.1) ~ 1.0 ... 1.26,
     which is not what the code does; we implement the exponent reading (20 candidates in total).
     """
@@ -114,7 +143,7 @@ AUTHORS_BANDWIDTH_GRID: tuple[float, ...] = tuple(default_bandwidth_grid().tolis
 def _log_clamped(probs: Tensor) -> Tensor:
     # log(0) -> log(tiny): with alpha - 1 = f/h this reproduces the limits 0 * log 0 = 0 (when the kernel
     # centre has f_jc = 0) and log 0 * positive = "-inf" (a huge negative, finite number), so exact zeros in
-    # the probabilities never produce NaN (reference Q14).
+    # the probabilities never produce NaN.
     return torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
 
 
@@ -127,6 +156,7 @@ def dirichlet_log_kernel(probs: Tensor, bandwidth: float | Tensor) -> Tensor:
     The diagonal is set to ``-inf`` (leave-one-out). ``bandwidth`` may be a tensor of shape ``(H,)``, in
     which case the result has shape ``(H, n, n)`` (all candidates at once).
     """
+    probs = torch.as_tensor(probs)
     h = torch.as_tensor(bandwidth, dtype=probs.dtype, device=probs.device)
     if h.dim() == 1:
         h = h.reshape(-1, 1, 1)
@@ -146,6 +176,7 @@ def loo_log_likelihood(probs: Tensor, grid: Tensor | Sequence[float], authors: b
     ``authors=True``: the original selector's objective ``sum_i [logsumexp_{j != i} log K_h[i, j] -
     log((n - 1) h)]`` (it additionally divides the already normalised Dirichlet density by h).
     """
+    probs = torch.as_tensor(probs)
     grid_t = torch.as_tensor(grid, dtype=probs.dtype, device=probs.device).reshape(-1)
     n = probs.shape[0]
     if n < 2:
@@ -166,13 +197,14 @@ def select_bandwidth(
 
     * ``fallback="none"`` (default): the grid value maximising the proper LOO log-likelihood
       (``loo_log_likelihood(..., authors=False)``); ties go to the first candidate.
-    * ``fallback="authors"``: reproduces the authors' selector (reference §3.5, quirk Q14): their objective
+    * ``fallback="authors"``: reproduces the authors' selector: their objective
       (``authors=True``, with the extra ``-log h``), only candidates with LOO log-likelihood ``> 0`` are
       accepted (the strict ``>`` running maximum starting at 0, so the first maximiser wins), and if none
       qualifies the result is ``max(-1, 1e-5) = 1e-5``.
     """
     if fallback not in ("none", "authors"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: ['authors', 'none']")
+    probs = torch.as_tensor(probs)
     if grid is None:
         grid_t = default_bandwidth_grid(dtype=probs.dtype, device=probs.device)
     else:
@@ -198,6 +230,8 @@ def ece_kde(
     bandwidth: float | None = None,
     bandwidth_grid: Tensor | Sequence[float] | None = None,
     fallback: str = "none",
+    *,
+    validate_args: bool = True,
 ) -> Tensor:
     """L_p canonical calibration error ECE^KDE (Popordanoska et al. 2022, Eq. (9)), Dirichlet kernel.
 
@@ -206,21 +240,23 @@ def ece_kde(
     ``K_ij = Dir(f_i; f_j / h + 1)`` (see ``dirichlet_log_kernel``). The ratio is computed in log space as a
     softmax over j of ``log K_ij`` (the authors exponentiate and clamp the denominator at 1e-10; the values
     agree whenever their kernel does not underflow, and where it underflows theirs degenerates to r = 0).
-    Probabilities with exact zeros are clamped inside the logarithm (no NaN; reference Q14).
+    Probabilities with exact zeros are clamped inside the logarithm (no NaN).
 
     The authors' training setting is ``p=1`` (canonical), bandwidth re-selected on each batch:
     ``bandwidth=None`` selects it with ``select_bandwidth(probs, bandwidth_grid, fallback)`` under no_grad
-    (the grid defaults to ``default_bandwidth_grid()``; ``fallback="authors"`` reproduces quirk Q14). The
+    (the grid defaults to ``default_bandwidth_grid()``; ``fallback="authors"`` reproduces the authors'
+    selector). The
     result is differentiable w.r.t. ``probs`` for the selected bandwidth.
     """
-    n, m = check_class_inputs(probs, labels)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
+    n, m = probs.shape
     if n < 2:
         raise ValueError(f"ECE-KDE is a leave-one-out estimate and needs at least n=2 examples, got n={n}")
-    p = _check_positive("p", p)
+    p = check_positive("p", p)
     if bandwidth is None:
         bandwidth = select_bandwidth(probs, bandwidth_grid, fallback)
     else:
-        bandwidth = _check_positive("bandwidth", bandwidth)
+        bandwidth = check_positive("bandwidth", bandwidth)
     logk = dirichlet_log_kernel(probs, bandwidth)  # (n, n), -inf diagonal
     weights = torch.softmax(logk, dim=-1)
     y1 = torch.nn.functional.one_hot(labels.long(), m).to(probs.dtype)

@@ -34,9 +34,12 @@ from torch import Tensor
 __all__ = [
     "KERNELS",
     "as_points",
+    "check_finite",
+    "check_positive",
     "class_rbf",
     "delta",
     "get_kernel",
+    "kernel_key",
     "kernel_param_names",
     "laplacian",
     "one_hot_delta",
@@ -64,7 +67,11 @@ def as_points(a: Tensor) -> Tensor:
     return a
 
 
-def _check_positive(name: str, value: float) -> float:
+def check_positive(name: str, value: float) -> float:
+    """Return ``value`` as a float if it is a finite number > 0 (a 1-element tensor is accepted).
+
+    Otherwise raise ``ValueError`` naming the parameter ``name``. Used for bandwidths and scales.
+    """
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a positive scalar, got a tensor of shape {tuple(value.shape)}")
@@ -78,7 +85,8 @@ def _check_positive(name: str, value: float) -> float:
     return value
 
 
-def _check_finite(name: str, value: float) -> float:
+def check_finite(name: str, value: float) -> float:
+    """Return ``value`` as a float if it is a finite number, else raise ``ValueError`` naming ``name``."""
     try:
         value = float(value)
     except (TypeError, ValueError) as err:
@@ -140,7 +148,7 @@ def rbf(a: Tensor, b: Tensor, bandwidth: float = 1.0) -> Tensor:
     as in the official implementation's ``rbf_kernel``. The textbook ``exp(-||a-b||^2 / (2 sigma^2))``
     corresponds to ``bandwidth = 2 sigma^2``. Universal on R^d (paper §4, Lemma 4.1).
     """
-    bandwidth = _check_positive("bandwidth", bandwidth)
+    bandwidth = check_positive("bandwidth", bandwidth)
     d2 = sq_dist(a, b)
     if _no_graph(d2):
         return d2.mul_(-1.0 / bandwidth).exp_()
@@ -153,7 +161,7 @@ def laplacian(a: Tensor, b: Tensor, bandwidth: float = 1.0) -> Tensor:
     Used by MMCE (Kumar et al. 2018) on the confidence scale and available as a universal kernel on Y.
     Differences are formed explicitly (memory ``(..., n, m, d)``).
     """
-    bandwidth = _check_positive("bandwidth", bandwidth)
+    bandwidth = check_positive("bandwidth", bandwidth)
     a, b = _pair(a, b)
     dist = (a.unsqueeze(-2) - b.unsqueeze(-3)).abs().sum(-1)
     return torch.exp(dist / (-bandwidth))
@@ -164,11 +172,11 @@ def tanh_decision(a: Tensor, b: Tensor, threshold: float = 0.0, scale: float = 1
 
     It relaxes ``sign(y - c) sign(y' - c)`` for the decision loss ``l(a, y) = 1{a != sign(y - c)}``.
     With ``scale=1`` and ``threshold`` equal to the dataset's centre (0 after the official median-centring
-    of y) it reproduces the authors' ``tanh_kernel`` exactly (their kernel has no threshold or bandwidth,
-    reference quirk Q10). For ``d > 1`` coordinates it is the inner product of the tanh features.
+    of y) it reproduces the authors' ``tanh_kernel`` exactly (their kernel has no threshold and no
+    bandwidth). For ``d > 1`` coordinates it is the inner product of the tanh features.
     """
-    threshold = _check_finite("threshold", threshold)
-    scale = _check_positive("scale", scale)
+    threshold = check_finite("threshold", threshold)
+    scale = check_positive("scale", scale)
     a, b = _pair(a, b)
     fa = torch.tanh((a - threshold) / scale)
     fb = torch.tanh((b - threshold) / scale)
@@ -196,8 +204,8 @@ def threshold_family(a: Tensor, b: Tensor, upper: float = 1.0, lower: float = 0.
     interval. With the default ``lower=0`` this is ``min(y, y')`` for ``y, y' in [0, T]`` as in the paper.
     For ``d > 1`` coordinates the per-coordinate kernels are summed.
     """
-    upper = _check_finite("upper", upper)
-    lower = _check_finite("lower", lower)
+    upper = check_finite("upper", upper)
+    lower = check_finite("lower", lower)
     if not upper > lower:
         raise ValueError(f"threshold_family needs upper > lower, got upper={upper}, lower={lower}")
     a, b = _pair(a, b)
@@ -223,10 +231,10 @@ def class_rbf(num_classes: int, bandwidth: float = 1.0, *, dtype=None, device=No
     """m x m RBF kernel between one-hot class vectors: ``K_cd = exp(-||e_c - e_d||^2 / bandwidth)``.
 
     That is 1 on the diagonal and ``exp(-2 / bandwidth)`` off it (the authors' classification y-kernel,
-    reference §3.3; paper §4.1). Small bandwidths give (numerically) the identity, see ``one_hot_delta``.
+    ``exp(-||e_c - e_d||^2 / bandwidth)``; paper §4.1). Small bandwidths give (numerically) the identity, see ``one_hot_delta``.
     """
     num_classes = _check_num_classes(num_classes)
-    bandwidth = _check_positive("bandwidth", bandwidth)
+    bandwidth = check_positive("bandwidth", bandwidth)
     off = math.exp(-2.0 / bandwidth)
     eye = torch.eye(num_classes, dtype=dtype, device=device)
     return eye + off * (1.0 - eye)
@@ -272,11 +280,15 @@ _ALIASES = {"gaussian": "rbf", "tanh": "tanh_decision", "laplace": "laplacian"}
 
 def kernel_param_names(name: str) -> tuple[str, ...]:
     """The parameter names accepted by kernel ``name`` (after the two inputs)."""
-    fn = KERNELS[_resolve(name)]
+    fn = KERNELS[kernel_key(name)]
     return tuple(list(inspect.signature(fn).parameters)[2:])
 
 
-def _resolve(name: str) -> str:
+def kernel_key(name: str) -> str:
+    """The registry key of kernel ``name`` (case-insensitive; aliases ``gaussian``, ``tanh``, ``laplace``).
+
+    Unknown names raise ``ValueError`` listing the valid names and aliases.
+    """
     if not isinstance(name, str):
         raise ValueError(f"kernel name must be a string, got {name!r}; valid names: {sorted(KERNELS)}")
     key = _ALIASES.get(name.lower(), name.lower())
@@ -293,19 +305,19 @@ def get_kernel(name: str, **params) -> Callable[[Tensor, Tensor], Tensor]:
     Unknown names and unknown or invalid parameters raise ``ValueError`` (the message lists the valid
     choices). Parameters are validated eagerly (e.g. ``bandwidth`` must be > 0).
     """
-    key = _resolve(name)
+    key = kernel_key(name)
     fn = KERNELS[key]
     allowed = kernel_param_names(key)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(f"kernel {key!r} got unknown parameter(s) {unknown}; it accepts {list(allowed)}")
     if "bandwidth" in params:
-        params["bandwidth"] = _check_positive("bandwidth", params["bandwidth"])
+        params["bandwidth"] = check_positive("bandwidth", params["bandwidth"])
     if "scale" in params:
-        params["scale"] = _check_positive("scale", params["scale"])
+        params["scale"] = check_positive("scale", params["scale"])
     for p in ("threshold", "upper", "lower"):
         if p in params:
-            params[p] = _check_finite(p, params[p])
+            params[p] = check_finite(p, params[p])
     if key == "threshold_family":
         up, lo = params.get("upper", 1.0), params.get("lower", 0.0)
         if not up > lo:

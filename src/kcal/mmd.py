@@ -9,15 +9,21 @@ The discrepancy is measured by the MMD with a product kernel ``k((v, z), (v', z'
 Structure of this module (one generic estimator, small adapters):
 
 * ``mmd2_unbiased(k_tt, k_tf, k_ff)``: the U-statistic of Eq. (3) from three Gram matrices.
-* ``sample_mmd2(target, forecast, kernel, k_z, pairing)``: generic estimator when the forecast (or target)
-  variable is represented by M Monte-Carlo draws per example (regression).
+* ``sample_mmd2(forecast, target, kernel, k_z, pairing)``: generic estimator when the forecast (or target)
+  variable is represented by M Monte-Carlo draws per example (regression), draws first ``(M, n)`` like
+  ``torch.distributions.Distribution.sample((M,))``.
 * ``analytic_mmd2(probs, labels, k_y, k_z)``: generic estimator for discrete variables with the forecast
   randomness marginalised analytically (paper §4.1).
 * ``RegressionForm`` / ``ClassificationForm`` presets (``REGRESSION_FORMS``, ``CLASSIFICATION_FORMS``) and
   the adapters ``regression_mmd`` and ``classification_mmd`` that build (forecast, target, Z) for a named
   form and call the generic estimators.
 
-Conventions: "t" = target / true variable, "f" = forecast variable; ``k_tf[i, j] = k((t_i, z_i), (f_j, z_j))``.
+Conventions: arguments come in the order prediction, target, conditioning features, then keyword-only
+options: ``regression_mmd((mean, std), y, x, form=...)``, ``classification_mmd(probs, labels, x, form=...)``
+(the order of :mod:`kcal.metrics`). ``bandwidth_y`` always belongs to the kernel on the forecast/target
+variable and ``bandwidth_z`` to the kernel on the conditioning variable Z (x itself for the individual
+form). Inputs may be numpy arrays or torch tensors. Internally "t" = target / true variable, "f" =
+forecast variable; ``k_tf[i, j] = k((t_i, z_i), (f_j, z_j))``.
 All functions are differentiable and vectorised (no Python loops over pairs, samples or classes). Under
 ``torch.func`` transforms (``vmap`` over the noise ``eps`` or over batches, ``grad``) the plain autograd
 formulation is used (the fused fast paths are eager-only), so ``vmap``/``grad`` work.
@@ -32,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kcal import kernels as _k
+from kcal import kernels
+from kcal.inputs import check_probs, functorch_active, gaussian_params
 
 __all__ = [
     "CLASSIFICATION_FORMS",
@@ -69,6 +76,7 @@ def mmd2_unbiased(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor) -> Tensor:
     Inputs have shape ``(..., n, n)`` (leading batch dims are kept: the result has shape ``(...)``).
     ``n < 2`` raises ``ValueError`` (the U-statistic needs at least one pair).
     """
+    k_tt, k_tf, k_ff = (torch.as_tensor(k) for k in (k_tt, k_tf, k_ff))
     if not (k_tt.shape[-2:] == k_tf.shape[-2:] == k_ff.shape[-2:]):
         raise ValueError(
             f"Gram matrices must share their last two dims, got {tuple(k_tt.shape)}, {tuple(k_tf.shape)}, "
@@ -107,17 +115,23 @@ def _cross_mean_gram(kernel: Callable, a: Tensor, b: Tensor) -> Tensor:
 
 
 def sample_mmd2(
-    target: Tensor,
     forecast: Tensor,
+    target: Tensor,
     kernel: Callable[[Tensor, Tensor], Tensor],
     k_z: Tensor | None = None,
     pairing: str = "index",
+    *,
+    z: Tensor | None = None,
+    kernel_z: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> Tensor:
-    """Generic unbiased MMD^2 between a target and a forecast variable given as Monte-Carlo draws.
+    """Generic unbiased MMD^2 between a forecast and a target variable given as Monte-Carlo draws.
 
-    ``target`` has shape ``(Mt, n[, p])`` and ``forecast`` ``(Mf, n[, p])``; a deterministic variable has
-    M = 1. ``kernel(a, b)`` is a Gram-matrix kernel on the variable (see ``kcal.kernels``) and ``k_z`` an
-    optional ``(n, n)`` Gram matrix of the conditioning variable, multiplied in (product kernel, Lemma 4.1).
+    ``forecast`` has shape ``(Mf, n[, p])`` and ``target`` ``(Mt, n[, p])`` (draws first, as
+    ``Distribution.sample((M,))`` returns them); a deterministic variable has M = 1. The estimate is
+    symmetric in the two variables. ``kernel(a, b)`` is a Gram-matrix kernel on the variable (see
+    ``kcal.kernels``). The conditioning variable enters as its ``(n, n)`` Gram matrix ``k_z``, multiplied
+    in (product kernel, Lemma 4.1), or, like the variable, as a kernel and its values: ``z`` ``(n[, d])``
+    with ``kernel_z(a, b)`` (then ``k_z = kernel_z(z, z)``).
     The forecast randomness is marginalised empirically (paper §4: "resampling the forecasted labels
     multiple times per example"):
 
@@ -132,6 +146,13 @@ def sample_mmd2(
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"unknown pairing {pairing!r}; valid: {list(PAIRINGS)}")
+    forecast, target = torch.as_tensor(forecast), torch.as_tensor(target)
+    if z is not None or kernel_z is not None:
+        if z is None or kernel_z is None or k_z is not None:
+            raise ValueError(
+                "pass the conditioning variable either as k_z (a Gram matrix) or as z with kernel_z"
+            )
+        k_z = kernel_z(torch.as_tensor(z), torch.as_tensor(z))
     t = _as_draws(target, "target")
     f = _as_draws(forecast, "forecast")
     if t.shape[1:] != f.shape[1:]:
@@ -171,6 +192,9 @@ def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None
     then ``mmd2_unbiased``. Cost O(n^2 m + n m^2). Batched: ``probs (..., n, m)``, ``labels (..., n)``,
     ``k_y (m, m)`` or ``(..., m, m)``, ``k_z (..., n, n)``; returns shape ``(...)``.
     """
+    probs, labels, k_y = torch.as_tensor(probs), torch.as_tensor(labels), torch.as_tensor(k_y)
+    if k_z is not None:
+        k_z = torch.as_tensor(k_z)
     m = probs.shape[-1]
     if k_y.shape[-2:] != (m, m):
         raise ValueError(f"k_y must be ({m}, {m}) for {m} classes, got {tuple(k_y.shape)}")
@@ -371,9 +395,9 @@ def get_classification_form(name: str | ClassificationForm) -> ClassificationFor
 # ----------------------------------------------------------------------------------------------------
 def _bind_kernel(name: str, **candidates) -> Callable[[Tensor, Tensor], Tensor]:
     """``get_kernel`` with only the parameters that kernel accepts (others are ignored)."""
-    accepted = _k.kernel_param_names(_k._resolve(name))
+    accepted = kernels.kernel_param_names(kernels.kernel_key(name))
     params = {k: v for k, v in candidates.items() if k in accepted and v is not None}
-    return _k.get_kernel(name, **params)
+    return kernels.get_kernel(name, **params)
 
 
 def _flat(v: Tensor, name: str) -> Tensor:
@@ -382,12 +406,6 @@ def _flat(v: Tensor, name: str) -> Tensor:
     if v.dim() != 1:
         raise ValueError(f"{name} must have shape (n,) (or (n, 1)), got {tuple(v.shape)}")
     return v
-
-
-def _functorch_active() -> bool:
-    """True inside torch.func transforms (vmap/grad): use only plain differentiable torch ops there."""
-    fn = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return True if fn is None else bool(fn())
 
 
 def _conditioning_gram(z: Tensor, kernel_z: str, bandwidth_z: float) -> Tensor:
@@ -401,11 +419,10 @@ def _conditioning_gram(z: Tensor, kernel_z: str, bandwidth_z: float) -> Tensor:
 # Regression adapter
 # ----------------------------------------------------------------------------------------------------
 def regression_mmd(
-    mean: Tensor,
-    std: Tensor,
+    forecast,
     y: Tensor,
     x: Tensor | None = None,
-    *,
+    *deprecated_x,
     form: str | RegressionForm = "individual",
     kernel_y: str = "rbf",
     bandwidth_y: float = 1.0,
@@ -428,8 +445,10 @@ def regression_mmd(
     """Unbiased MMD^2 calibration metric for Gaussian forecasts N(mean, std) (paper §4, Eq. (3), Table 1).
 
     Args:
-        mean, std, y: ``(n,)`` forecast means, forecast standard deviations (already floored by the caller)
-            and labels.
+        forecast: the Gaussian forecasts as a pair ``(mean, std)`` of ``(n,)`` tensors (std already
+            floored by the caller) or a ``torch.distributions.Normal``. The former order
+            ``regression_mmd(mean, std, y, x)`` is still accepted (deprecated).
+        y: ``(n,)`` labels.
         x: ``(n, d)`` features; needed by ``form="individual"`` (Z = x) and ``"local"`` (Z = phi(x)).
         form: a preset name of ``REGRESSION_FORMS`` (or a ``RegressionForm``):
 
@@ -477,6 +496,17 @@ def regression_mmd(
     The Bayes action for the loss 1{a != sign(y - c)} is a_i = +1 if Q_i(Yhat > c) > 1/2 else -1 (ties -> -1);
     for a Gaussian forecast this is sign(mean_i - c). It is piecewise constant (no gradient through Z).
     """
+    if isinstance(forecast, (tuple, list, torch.distributions.Normal)):
+        if deprecated_x:
+            raise TypeError("regression_mmd(forecast, y, x, *, ...) takes 3 positional arguments")
+        mean, std = gaussian_params(forecast)
+    else:  # deprecated order regression_mmd(mean, std, y[, x])
+        if len(deprecated_x) > 1:
+            raise TypeError("regression_mmd(forecast, y, x, *, ...): pass forecast=(mean, std)")
+        mean, std, y, x = forecast, y, x, (deprecated_x[0] if deprecated_x else None)
+    mean, std, y = (v if isinstance(v, Tensor) else torch.as_tensor(v) for v in (mean, std, y))
+    if x is not None and not isinstance(x, Tensor):
+        x = torch.as_tensor(x)
     fm = get_regression_form(form)
     if pairing not in PAIRINGS + ("analytic",):
         raise ValueError(f"unknown pairing {pairing!r}; valid: {list(PAIRINGS + ('analytic',))}")
@@ -488,8 +518,8 @@ def regression_mmd(
         raise ValueError(f"mean, std and y must have the same length, got {n}, {std.shape[0]}, {y.shape[0]}")
     if n < 2:
         raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
-    bandwidth_y = _k._check_positive("bandwidth_y", bandwidth_y)
-    bandwidth_z = _k._check_positive("bandwidth_z", bandwidth_z)
+    bandwidth_y = kernels.check_positive("bandwidth_y", bandwidth_y)
+    bandwidth_z = kernels.check_positive("bandwidth_z", bandwidth_z)
 
     if pairing == "analytic":
         eps = torch.zeros((1, n), dtype=mean.dtype, device=mean.device)  # unused: no draws needed
@@ -498,11 +528,12 @@ def regression_mmd(
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         eps = torch.randn((num_samples, n), generator=generator, dtype=mean.dtype, device=mean.device)
     else:
+        eps = torch.as_tensor(eps)
         if eps.dim() != 2 or eps.shape[1] != n:
             raise ValueError(f"eps must have shape (M, n) = (M, {n}), got {tuple(eps.shape)}")
         eps = eps.to(mean.dtype)
 
-    if _k._resolve(kernel_y) == "threshold_family" and upper is None:
+    if kernels.kernel_key(kernel_y) == "threshold_family" and upper is None:
         raise ValueError("kernel_y='threshold_family' needs the interval's upper end `upper` (T)")
     k_v = _bind_kernel(
         kernel_y, bandwidth=bandwidth_y, threshold=threshold, scale=scale, upper=upper, lower=lower
@@ -540,10 +571,10 @@ def regression_mmd(
         and getattr(k_v, "kernel_name", "") == "rbf"
         and not y.requires_grad
         and (k_z is None or not k_z.requires_grad)
-        and not _functorch_active()
+        and not functorch_active()
     ):
         return _rbf_sample_mmd2_index(y, forecast.squeeze(-1), bandwidth_y, k_z)
-    return sample_mmd2(target, forecast, k_v, k_z, pairing)
+    return sample_mmd2(forecast=forecast, target=target, kernel=k_v, k_z=k_z, pairing=pairing)
 
 
 def _regression_conditioning(fm, mean, std, x, features, groups, threshold, y0, alpha) -> Tensor | None:
@@ -577,7 +608,7 @@ def _regression_conditioning(fm, mean, std, x, features, groups, threshold, y0, 
         return torch.stack([mean, std], dim=-1)
     if cond == "threshold_event":
         c0 = threshold if y0 is None else y0
-        a = _k._check_finite("alpha", alpha)
+        a = kernels.check_finite("alpha", alpha)
         return (torch.special.ndtr((c0 - mean) / std) <= a).to(mean.dtype).unsqueeze(-1)
     if cond == "bayes_action":
         p_above = torch.special.ndtr((mean - threshold) / std)  # Q_i(Yhat > c)
@@ -615,7 +646,7 @@ def _analytic_gaussian_mmd2(fm, mean, std, y, k_v, k_z):
         name == "rbf"
         and not y.requires_grad
         and (k_z is None or not k_z.requires_grad)
-        and not _functorch_active()
+        and not functorch_active()
     ):
         w0 = _offdiag_weight(k_z, n, mean.dtype, mean.device)
         need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
@@ -699,7 +730,7 @@ def _offdiag_weight(k_z: Tensor | None, n: int, dtype, device) -> Tensor:
     """``K_z`` (or a matrix of ones) with its diagonal set to 0."""
     if k_z is None:
         return 1.0 - torch.eye(n, dtype=dtype, device=device)
-    if k_z.requires_grad or _functorch_active():
+    if k_z.requires_grad or functorch_active():
         return k_z.to(dtype) * (1.0 - torch.eye(n, dtype=dtype, device=device))
     w = k_z.to(dtype).clone()
     w.fill_diagonal_(0.0)
@@ -772,25 +803,10 @@ def _rbf_sample_mmd2_index(y: Tensor, draws: Tensor, bw: float, k_z: Tensor | No
 def _class_kernel(kernel_y: str, num_classes: int, bandwidth_y: float, dtype, device) -> Tensor:
     key = kernel_y.lower()
     if key in ("rbf", "gaussian"):
-        return _k.class_rbf(num_classes, bandwidth_y, dtype=dtype, device=device)
+        return kernels.class_rbf(num_classes, bandwidth_y, dtype=dtype, device=device)
     if key in ("delta", "one_hot_delta"):
-        return _k.one_hot_delta(num_classes, dtype=dtype, device=device)
+        return kernels.one_hot_delta(num_classes, dtype=dtype, device=device)
     raise ValueError(f"unknown class kernel {kernel_y!r}; valid names: ['delta', 'rbf']")
-
-
-def check_class_inputs(probs: Tensor, labels: Tensor, min_rows: int = 1) -> tuple[int, int]:
-    """Validate ``probs`` (n, m) and integer ``labels`` (n,); return ``(n, m)``."""
-    if probs.dim() != 2:
-        raise ValueError(f"probs must have shape (n, m), got {tuple(probs.shape)}")
-    n, m = probs.shape
-    if labels.dim() != 1 or labels.shape[0] != n:
-        raise ValueError(f"labels must have shape (n,) = ({n},), got {tuple(labels.shape)}")
-    if labels.is_floating_point():
-        raise ValueError("labels must be integer class ids (int64)")
-    if n < min_rows:
-        what = "the unbiased MMD^2 estimator needs" if min_rows >= 2 else "need"
-        raise ValueError(f"{what} at least n={min_rows} examples, got n={n}")
-    return n, m
 
 
 def classification_mmd(
@@ -805,6 +821,7 @@ def classification_mmd(
     kernel_z: str = "rbf",
     reduction: str = "sum",
     detach_conditioning: bool = False,
+    validate_args: bool = True,
 ) -> Tensor:
     """Unbiased MMD^2 calibration metric for classification, forecast marginalised analytically (§4.1).
 
@@ -830,6 +847,8 @@ def classification_mmd(
         reduction: ``"sum"`` (default) or ``"mean"`` over the m per-class statistics of ``"marginal"``.
         detach_conditioning: stop gradients through Z when Z depends on the forecast (canonical, top-label,
             marginal).
+        validate_args: check that ``probs`` are probabilities and ``labels`` lie in ``[0, m)`` (a host
+            synchronisation; training loops pass False).
 
     Indicator forms reduce to 2-class problems: forecast probabilities ``(1 - p_i, p_i)`` with
     ``p_i = q_i(Y*_i)`` (top-label) or ``q_i(c)`` (marginal, batched over c), labels ``1{y_i = Y*_i}`` or
@@ -839,11 +858,14 @@ def classification_mmd(
     error (RBF over X x Y).
     """
     fm = get_classification_form(form)
-    n, m = check_class_inputs(probs, labels, min_rows=2)
-    if not _functorch_active() and (int(labels.min()) < 0 or int(labels.max()) >= m):
-        raise ValueError(f"labels must lie in [0, {m - 1}] for {m} classes")
-    bandwidth_y = _k._check_positive("bandwidth_y", bandwidth_y)
-    bandwidth_z = _k._check_positive("bandwidth_z", bandwidth_z)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
+    n, m = probs.shape
+    if n < 2:
+        raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+    if x is not None:
+        x = torch.as_tensor(x)
+    bandwidth_y = kernels.check_positive("bandwidth_y", bandwidth_y)
+    bandwidth_z = kernels.check_positive("bandwidth_z", bandwidth_z)
     if reduction not in ("sum", "mean"):
         raise ValueError(f"unknown reduction {reduction!r}; valid: ['mean', 'sum']")
     labels = labels.long()

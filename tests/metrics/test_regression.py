@@ -82,10 +82,10 @@ def ref_dce(prob_above, y, c):
 def test_gaussian_nll_and_nll_match_scipy():
     mu, s, y = _gauss_data(500)
     ref = -np.mean([stats.norm.logpdf(y[i].item(), mu[i].item(), s[i].item()) for i in range(500)])
-    _close(R.gaussian_nll(mu, s, y), ref)
+    _close(R.gaussian_nll((mu, s), y), ref)
     _close(R.nll(torch.distributions.Normal(mu, s), y), ref)
     _close(R.nll((mu, s), y), ref)  # tuple forecast accepted
-    assert R.gaussian_nll(mu, s, y).ndim == 0 and isinstance(R.gaussian_nll(mu, s, y), torch.Tensor)
+    assert R.gaussian_nll((mu, s), y).ndim == 0 and isinstance(R.gaussian_nll((mu, s), y), torch.Tensor)
 
 
 def test_pit_and_sharpness():
@@ -195,7 +195,9 @@ def test_single_row_values_are_defined():
     y = torch.tensor([0.2], dtype=torch.float64)
     _close(R.decision_calibration_error(torch.tensor([0.7], dtype=torch.float64), y, 0.0), math.sqrt(2) * 0.3)
     _close(
-        R.gaussian_nll(torch.zeros(1), torch.ones(1), torch.zeros(1)), 0.5 * math.log(2 * math.pi), rtol=1e-6
+        R.gaussian_nll((torch.zeros(1), torch.ones(1)), torch.zeros(1)),
+        0.5 * math.log(2 * math.pi),
+        rtol=1e-6,
     )
 
 

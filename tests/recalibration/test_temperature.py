@@ -81,3 +81,21 @@ def test_input_validation_and_degenerate_fit():
         ts = TemperatureScaler(max_iter=100, min_temperature=0.5).fit(z, labels)
     assert ts.temperature == pytest.approx(0.5)
     assert torch.isfinite(ts.transform(z)).all()
+
+
+def test_a_clipped_temperature_warns_once_per_run():
+    """One run fits the validation logits twice (evaluation, figures) and the official probabilities once."""
+    import warnings
+
+    from kcal.recalibration.temperature import TemperatureClippedWarning
+
+    z = torch.tensor([[5.0, 0.0], [0.0, 5.0]]).repeat(50, 1)
+    labels = torch.tensor([0, 1]).repeat(50)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exact = TemperatureScaler(min_temperature=0.37).fit(z, labels)
+        TemperatureScaler(min_temperature=0.37).fit_from_probs(torch.softmax(z, -1), labels)
+        TemperatureScaler(min_temperature=0.37).fit(z, labels)
+    clipped = [w for w in caught if issubclass(w.category, TemperatureClippedWarning)]
+    assert len(clipped) == 1 and "clipped to [0.37" in str(clipped[0].message)
+    assert exact.temperature == pytest.approx(0.37) and exact.unclipped_temperature_ < 0.37

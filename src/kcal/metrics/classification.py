@@ -1,7 +1,8 @@
 """Exact classification evaluation metrics (whole evaluation set at once).
 
 Inputs are predicted probabilities ``probs`` of shape ``(n, m)`` (rows sum to 1, e.g. a softmax
-output) and integer labels ``labels`` of shape ``(n,)``.  All metrics are vectorised (bincount /
+output; logits are refused with a message) and integer labels ``labels`` of shape ``(n,)``, as numpy
+arrays or torch tensors (checked by :func:`kcal.inputs.check_probs`).  All metrics are vectorised (bincount /
 scatter_add, no Python loop over bins or rows) and return 0-dim torch tensors.  The official
 per-8-row-batch flavour lives in :mod:`kcal.metrics.official`.
 """
@@ -11,43 +12,26 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kcal.inputs import check_probs
+
 __all__ = [
     "accuracy",
     "ece",
     "classwise_ece",
     "entropy",
     "kce",
+    "kce_batched",
     "bin_index",
 ]
-
-
-def _check(probs, labels=None) -> tuple[Tensor, Tensor | None]:
-    probs = torch.as_tensor(probs)
-    if probs.ndim != 2:
-        raise ValueError(f"probs must have shape (n, m), got {tuple(probs.shape)}")
-    if probs.shape[0] == 0:
-        raise ValueError("probs is empty (n = 0)")
-    if not torch.is_floating_point(probs):
-        probs = probs.to(torch.get_default_dtype())
-    if labels is None:
-        return probs, None
-    labels = torch.as_tensor(labels)
-    if labels.ndim == 2 and labels.shape[1] == 1:
-        labels = labels[:, 0]
-    if labels.ndim != 1 or labels.shape[0] != probs.shape[0]:
-        raise ValueError(f"labels must have shape ({probs.shape[0]},), got {tuple(labels.shape)}")
-    labels = labels.long()
-    if labels.numel() and (labels.min() < 0 or labels.max() >= probs.shape[1]):
-        raise ValueError(f"labels must lie in [0, {probs.shape[1] - 1}]")
-    return probs, labels
 
 
 def bin_index(values: Tensor, n_bins: int) -> Tensor:
     """Index of the equal-width bin ``(lo, hi]`` on [0, 1] containing each value.
 
-    Uses the same boundaries as torchmetrics (``linspace(0, 1, n_bins + 1)``, ``bucketize`` with
-    right-closed intervals).  A value of exactly 0 (or below) goes to the first bin; values above
-    1 go to the last bin.
+    Boundaries ``linspace(0, 1, n_bins + 1)`` with right-closed bins, as torchmetrics 0.8.2 (the version
+    the authors' numbers were logged with); torchmetrics >= 1.0 and netcal use left-closed bins
+    ``[lo, hi)``, so a confidence exactly on an inner edge lands one bin lower here. A value of exactly 0
+    (or below) goes to the first bin; values above 1 go to the last bin.
     """
     if n_bins < 1:
         raise ValueError("n_bins must be >= 1")
@@ -57,7 +41,7 @@ def bin_index(values: Tensor, n_bins: int) -> Tensor:
 
 def accuracy(probs, labels) -> Tensor:
     """Fraction of rows whose argmax equals the label (in [0, 1])."""
-    probs, labels = _check(probs, labels)
+    probs, labels = check_probs(probs, labels)
     return (probs.argmax(-1) == labels).to(probs.dtype).mean()
 
 
@@ -90,18 +74,18 @@ def _ce_from_bins(count: Tensor, csum: Tensor, hsum: Tensor, n: int, norm: str) 
 
 
 def ece(probs, labels, n_bins: int = 20, norm: str = "l1") -> Tensor:
-    r"""Top-label expected calibration error with equal-width bins ``(lo, hi]`` on [0, 1].
+    r"""Top-label expected calibration error with equal-width bins ``(lo, hi]`` on [0, 1] (:func:`bin_index`).
 
     Confidence :math:`r_i = \max_c p_{ic}`, correctness :math:`1[\arg\max_c p_{ic} = y_i]`.
 
-    * ``"l1"``: :math:`\sum_b \frac{n_b}{N} |\mathrm{acc}_b - \mathrm{conf}_b|` (torchmetrics'
+    * ``"l1"``: :math:`\sum_b \frac{n_b}{N} |\mathrm{acc}_b - \mathrm{conf}_b|` (torchmetrics 0.8.2's
       ``CalibrationError(n_bins=20, norm='l1')`` on probabilities);
     * ``"l2"``: :math:`\big(\sum_b \frac{n_b}{N} (\mathrm{acc}_b - \mathrm{conf}_b)^2\big)^{1/2}`;
     * ``"max"``: :math:`\max_b |\mathrm{acc}_b - \mathrm{conf}_b|` over non-empty bins.
 
     Defined for any N >= 1; exact zeros in ``probs`` are harmless.
     """
-    probs, labels = _check(probs, labels)
+    probs, labels = check_probs(probs, labels)
     conf, pred = probs.max(-1)
     hit = (pred == labels).to(probs.dtype)
     count, csum, hsum = _binned_gaps(conf, hit, n_bins)
@@ -115,7 +99,7 @@ def classwise_ece(probs, labels, n_bins: int = 20) -> Tensor:
     (exact 0 goes to the first bin); ``freq`` is the fraction of rows in the bin with label k
     and ``prob`` their mean :math:`p_{ik}`.
     """
-    probs, labels = _check(probs, labels)
+    probs, labels = check_probs(probs, labels)
     n, m = probs.shape
     conf = probs.reshape(-1)  # row-major: element (i, k) at i*m + k
     hit = torch.nn.functional.one_hot(labels, m).to(probs.dtype).reshape(-1)
@@ -130,24 +114,29 @@ def entropy(probs) -> Tensor:
     (The official code computes ``-p*log(p)`` and returns NaN when a probability underflows to
     exactly 0; here ``torch.xlogy`` gives 0 instead.)
     """
-    probs, _ = _check(probs)
+    probs, _ = check_probs(probs)
     return (-torch.xlogy(probs, probs)).sum(-1).mean()
 
 
-def kce(probs, labels, x, bandwidth_x: float = 10.0, bandwidth_y: float = 0.1) -> Tensor:
+def kce(
+    probs, labels, x, bandwidth_z: float = 10.0, bandwidth_y: float = 0.1, *, bandwidth_x: float | None = None
+) -> Tensor:
     r"""Kernel calibration error: the individual-calibration MMD² U-statistic over X × Y.
 
-    Kernel :math:`k((x,y),(x',y')) = \exp(-\|x-x'\|^2/bw_x)\,\exp(-\|e_y-e_{y'}\|^2/bw_y)` on
-    features and one-hot labels, with the forecast :math:`\hat Y\sim q_i` marginalised
-    analytically.  With :math:`K_{cd}=\exp(-\|e_c-e_d\|^2/bw_y)` and :math:`k^x_{ij}`:
+    Kernel :math:`k((x,y),(x',y')) = \exp(-\|x-x'\|^2/bw_z)\,\exp(-\|e_y-e_{y'}\|^2/bw_y)` on
+    features (the conditioning variable Z = X) and one-hot labels, with the forecast
+    :math:`\hat Y\sim q_i` marginalised analytically.  With :math:`K_{cd}=\exp(-\|e_c-e_d\|^2/bw_y)`:
 
     .. math:: \widehat{\mathrm{MMD}}^2 = \frac{1}{n(n-1)}\sum_{i\ne j} k^x_{ij}
               \big(q_i^\top K q_j - 2\, (q_i^\top K)_{y_j} + K_{y_i y_j}\big).
 
-    Unbiased, so it can be negative.  Needs n >= 2 (ValueError otherwise).  Delegates to
-    :func:`kcal.mmd.classification_mmd` (``form="individual"``).
+    Unbiased, so it can be negative.  Needs n >= 2 (ValueError otherwise).  Equals
+    :func:`kcal.mmd.classification_mmd` with ``form="individual"`` (same parameter names and defaults).
+    ``bandwidth_x`` is the former name of ``bandwidth_z`` (deprecated, still accepted).
     """
-    probs, labels = _check(probs, labels)
+    if bandwidth_x is not None:
+        bandwidth_z = bandwidth_x
+    probs, labels = check_probs(probs, labels)
     if probs.shape[0] < 2:
         raise ValueError("KCE (a U-statistic over pairs i != j) needs at least 2 rows")
     x = torch.as_tensor(x)
@@ -155,14 +144,14 @@ def kce(probs, labels, x, bandwidth_x: float = 10.0, bandwidth_y: float = 0.1) -
         x = x[:, None]
     if x.shape[0] != probs.shape[0]:
         raise ValueError(f"x must have {probs.shape[0]} rows, got {x.shape[0]}")
-    from kcal.mmd import classification_mmd  # lazy: mmd.py is developed separately
+    from kcal.mmd import classification_mmd  # lazy: kcal.mmd imports kcal.inputs, not this module
 
     return classification_mmd(
-        probs, labels, x.to(probs.dtype), form="individual", bandwidth_y=bandwidth_y, bandwidth_z=bandwidth_x
+        probs, labels, x.to(probs.dtype), form="individual", bandwidth_y=bandwidth_y, bandwidth_z=bandwidth_z
     )
 
 
-def _kce_batched(probs: Tensor, labels: Tensor, x: Tensor, bandwidth_x: float, bandwidth_y: float) -> Tensor:
+def kce_batched(probs: Tensor, labels: Tensor, x: Tensor, bandwidth_z: float, bandwidth_y: float) -> Tensor:
     """Per-batch KCE U-statistics for stacked batches: probs (nb, B, m), labels (nb, B), x (nb, B, d).
 
     Same estimator as :func:`kce`, applied independently to each batch; returns shape (nb,).
@@ -173,7 +162,7 @@ def _kce_batched(probs: Tensor, labels: Tensor, x: Tensor, bandwidth_x: float, b
     if bsz < 2:
         raise ValueError("KCE needs batches of at least 2 rows")
     diff = x[:, :, None, :] - x[:, None, :, :]
-    kx = torch.exp(-(diff * diff).sum(-1) / bandwidth_x)  # (nb, B, B)
+    kx = torch.exp(-(diff * diff).sum(-1) / bandwidth_z)  # (nb, B, B)
     eye = torch.eye(m, dtype=probs.dtype, device=probs.device)
     kyy = torch.exp(-2.0 * (1.0 - eye) / bandwidth_y)  # K_cd
     qk = probs @ kyy  # (nb, B, m)

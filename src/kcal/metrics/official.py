@@ -1,9 +1,9 @@
 """Official-flavour metrics: reproduce the numbers logged by the authors' code.
 
-Reference: ``/work/shared/reference/official-implementation.md`` §4 and quirks Q1–Q6 (the
-authors' repository ``kernel-calibration/kernel-calibration``, PL 1.5.10 / torchmetrics 0.8.2).
-These functions take the SAME prediction tensors as the exact metrics in
-:mod:`kcal.metrics.regression` / :mod:`kcal.metrics.classification` and emulate the official test
+The authors' code (repository ``kernel-calibration/kernel-calibration``, PyTorch Lightning 1.5.10,
+torchmetrics 0.8.2) computes its test metrics per test batch, with several departures from the textbook
+definitions; each is listed below with the function that reproduces it. These functions take the
+SAME prediction tensors as the exact metrics in :mod:`kcal.metrics.regression` / :mod:`kcal.metrics.classification` and emulate the official test
 loop: consecutive rows in the given order (the test loader does not shuffle) are cut into batches
 of ``batch_size`` with ``drop_last=True``, i.e. only the first ``batch_size * (n // batch_size)``
 rows are used by EVERY official metric (regression 128, classification 8).  ``n < batch_size``
@@ -13,15 +13,16 @@ where the official metric does not otherwise depend on batches (QCE, NLL).
 What each function reproduces:
 
 * :func:`official_qce` — ``GMMCalibrationError`` (``test/cal``): bins ``round(20 u)`` clipped to 19,
-  counts accumulated over full batches, ½ Σ|count/N − 1/20| → floor ≈ 0.025 when calibrated (Q6).
+  counts accumulated over full batches, ½ Σ|count/N − 1/20| → floor ≈ 0.025 when calibrated (unequal bins).
 * :func:`official_dce` — ``DecisionCalibrationError`` (``test/dcal``, L2, 10 samples): per-batch
   squared gaps summed over batches, then sqrt, with no normalisation by the number of batches, so
-  it grows like sqrt(#batches) (Q1); labels equal to the threshold count for neither action (Q2).
+  it grows like sqrt(#batches); labels equal to the threshold count for neither action (sign(0) = 0).
 * :func:`official_regression_nll` — ``GMMNegativeLogLikelihood`` (``test/nll``) on full batches.
 * :func:`official_classification_metrics` — ``test/acc``, ``test/ece``, ``test/entropy``,
-  ``test/kcal``: each the MEAN OF PER-BATCH values over 8-row batches (Q3), KCE with the kernel
-  settings that differ by method (Q4, :func:`official_kce_bandwidths`); the calibrated-KCE quirk
-  (Q5) can be reproduced with ``kce_probs``.
+  ``test/kcal``: each the MEAN OF PER-BATCH values over 8-row batches (which inflates ECE), KCE
+  with kernel bandwidths that differ by method (:func:`official_kce_bandwidths`); the calibrated KCE,
+  which the authors computed on softmax of already temperature-scaled probabilities, is reproduced
+  with ``kce_probs``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kcal.metrics.classification import _check as _check_cls
-from kcal.metrics.classification import _kce_batched, bin_index
-from kcal.metrics.regression import _vec, as_forecast
+from kcal.inputs import as_forecast, as_vector, check_probs
+from kcal.metrics.classification import bin_index, kce_batched
 
 __all__ = [
     "REGRESSION_TEST_BATCH_SIZE",
@@ -79,7 +79,7 @@ def n_used_rows(n: int, batch_size: int | None) -> int:
 # regression
 # --------------------------------------------------------------------------------------------
 def official_qce(pit, n_bins: int = 20, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE) -> Tensor:
-    r"""Official quantile calibration error (``GMMCalibrationError``, Q6).
+    r"""Official quantile calibration error (``GMMCalibrationError``, rounding-based bins).
 
     Bin of a PIT value u: ``b = min(round(n_bins * u), n_bins - 1)`` (torch's round-half-to-even),
     so bin 0 covers [0, 0.025), bins 1..18 have width 0.05 and bin 19 covers [0.925, 1] (for 20
@@ -87,7 +87,7 @@ def official_qce(pit, n_bins: int = 20, batch_size: int | None = REGRESSION_TEST
     uses all rows): :math:`\tfrac12\sum_b |c_b/N - 1/B|`.  The unequal bins give a calibrated
     forecaster ≈ 0.025 (=½(|1/40−1/20| + |3/40−1/20|)), not 0.
     """
-    u = _vec(pit, "pit")
+    u = as_vector(pit, "pit")
     u = u[: n_used_rows(u.shape[0], batch_size)]
     idx = torch.round(u * n_bins).clamp(max=n_bins - 1).long().clamp_(min=0)
     counts = torch.bincount(idx, minlength=n_bins).to(u.dtype)
@@ -109,7 +109,7 @@ def official_dce(
     num_samples: int = 10,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    r"""Official decision calibration error (``DecisionCalibrationError``, metric "L2"; Q1, Q2).
+    r"""Official decision calibration error (``DecisionCalibrationError``, metric "L2")
 
     Rows are cut into consecutive batches of ``batch_size`` (drop_last).  For batch b and action
     :math:`a\in\{-1,+1\}`:
@@ -121,15 +121,15 @@ def official_dce(
     .. math:: \mathrm{DCE}_{\mathrm{off}} = \Big(\sum_b \sum_a (\hat E_{p,b}(a) - \hat E_{q,b}(a))^2\Big)^{1/2}
 
     NOT normalised by the number of batches: for a calibrated forecaster it grows like
-    sqrt(#batches) (Q1).  ``sign(0) = 0``: labels equal to ``c`` count for neither action while
-    samples always count for one, a non-vanishing gap when many labels tie (Q2).
+    sqrt(#batches).  ``sign(0) = 0``: labels equal to ``c`` count for neither action while
+    samples always count for one, a non-vanishing gap when many labels tie.
 
     ``forecast_or_samples`` is either a forecast (object with ``icdf``, or ``(mean, std)``) —
     samples are then ``forecast.icdf(U)``, ``U ~ U(0,1)`` drawn from ``generator`` (works for
     recalibrated forecasts too) — or a tensor of pre-drawn samples of shape ``(S, n)``.
     ``batch_size=None`` treats all rows as a single batch.
     """
-    y = _vec(y, "y")
+    y = as_vector(y, "y")
     n = y.shape[0]
     if batch_size is None:  # one batch holding every row
         batch_size = n
@@ -160,7 +160,7 @@ def official_dce(
 def official_regression_nll(forecast, y, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE) -> Tensor:
     """Official test NLL: mean of ``-forecast.log_prob(y)`` over the rows of full batches only."""
     f = as_forecast(forecast)
-    y = _vec(y, "y")
+    y = as_vector(y, "y")
     used = n_used_rows(y.shape[0], batch_size)
     return (-f.log_prob(y))[:used].mean()
 
@@ -169,7 +169,7 @@ def official_regression_nll(forecast, y, batch_size: int | None = REGRESSION_TES
 # classification
 # --------------------------------------------------------------------------------------------
 def official_kce_bandwidths(objective_name: str) -> tuple[float, float]:
-    """KCE kernel bandwidths ``(bw_x, bw_y)`` the official code used for each method's runs (Q4).
+    """KCE kernel bandwidths ``(bw_x, bw_y)`` the official code used for each method's runs.
 
     ``xe_mmd`` (NLL+MMD, ``classification_mixed.yaml``'s ``kcal_kwargs``) → (10, 0.01); ``xe``,
     ``xe_mmce``, ``xe_kde`` fall back to the metric's constructor default → (0.01, 1.0).
@@ -185,14 +185,15 @@ def official_classification_metrics(
     labels,
     x,
     batch_size: int = CLASSIFICATION_TEST_BATCH_SIZE,
-    bandwidth_x: float | None = None,
+    bandwidth_z: float | None = None,
     bandwidth_y: float | None = None,
     *,
     objective: str | None = None,
     n_bins: int = 20,
     kce_probs=None,
+    bandwidth_x: float | None = None,
 ) -> dict[str, Tensor]:
-    """Official classification test metrics: means of per-batch values over 8-row batches (Q3).
+    """Official classification test metrics: means of per-batch values over 8-row batches.
 
     Consecutive rows form batches of ``batch_size`` (drop_last); for each batch we compute
 
@@ -204,18 +205,19 @@ def official_classification_metrics(
 
     and return the mean over batches of each (a dict of 0-dim tensors).
 
-    KCE bandwidths: explicit ``bandwidth_x`` / ``bandwidth_y`` win; otherwise
-    ``official_kce_bandwidths(objective)`` if ``objective`` is given; otherwise the official metric's
-    constructor default (0.01, 1.0), which is what ``xe``/``xe_mmce``/``xe_kde`` runs got (Q4).
+    KCE bandwidths: explicit ``bandwidth_z`` (on x; ``bandwidth_x`` is its deprecated name) /
+    ``bandwidth_y`` win; otherwise ``official_kce_bandwidths(objective)`` if ``objective`` is given;
+    otherwise the official metric's constructor default (0.01, 1.0), which is what
+    ``xe``/``xe_mmce``/``xe_kde`` runs got.
 
     ``probs`` are probabilities (softmax of the logits).  Not reproduced: torchmetrics 0.8.2 skips
     its softmax when every logit of a batch already lies in [0, 1] (a pathological case).
 
     ``kce_probs`` (optional, same shape as ``probs``) overrides the probabilities fed to KCE only.
-    To reproduce Q5 (calibrated KCE computed on softmax of temperature-scaled *probabilities*) pass
+    To reproduce the authors' calibrated KCE (computed on softmax of temperature-scaled *probabilities*) pass
     ``kce_probs=torch.softmax(calibrated_probs, -1)``.
     """
-    probs, labels = _check_cls(probs, labels)
+    probs, labels = check_probs(probs, labels)
     n, m = probs.shape
     x = torch.as_tensor(x)
     if x.ndim == 1:
@@ -226,13 +228,15 @@ def official_classification_metrics(
     if kce_probs is None:
         kp = probs
     else:
-        kp, _ = _check_cls(kce_probs)
+        kp, _ = check_probs(kce_probs)
         if kp.shape != probs.shape:
             raise ValueError(f"kce_probs must have shape {tuple(probs.shape)}, got {tuple(kp.shape)}")
         kp = kp.to(probs.dtype)
 
     default_bw = _KCE_BANDWIDTHS["xe"] if objective is None else official_kce_bandwidths(objective)
-    bw_x = default_bw[0] if bandwidth_x is None else float(bandwidth_x)
+    if bandwidth_x is not None:
+        bandwidth_z = bandwidth_x
+    bw_x = default_bw[0] if bandwidth_z is None else float(bandwidth_z)
     bw_y = default_bw[1] if bandwidth_y is None else float(bandwidth_y)
 
     if batch_size is None or batch_size < 2:
@@ -254,7 +258,7 @@ def official_classification_metrics(
 
     ent_b = (-torch.xlogy(p, p)).sum(-1).reshape(nb, batch_size).mean(-1)
 
-    kce_b = _kce_batched(
+    kce_b = kce_batched(
         kp[:used].reshape(nb, batch_size, m),
         lab.reshape(nb, batch_size),
         x[:used].reshape(nb, batch_size, -1),

@@ -27,6 +27,8 @@ import math
 import torch
 from torch import Tensor
 
+from kcal.inputs import as_forecast, as_vector, gaussian_params, same_length
+
 __all__ = [
     "as_forecast",
     "gaussian_nll",
@@ -37,93 +39,91 @@ __all__ = [
     "decision_calibration_error",
     "dce",
     "dce_sampled",
+    "crps",
     "crps_gaussian",
+    "qce",
     "sharpness",
 ]
 
 
 # --------------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------------
-def as_forecast(forecast):
-    """Return a forecast object; a ``(mean, std)`` tuple/list becomes ``Normal(mean, std)``."""
-    if isinstance(forecast, (tuple, list)):
-        if len(forecast) != 2:
-            raise ValueError("a tuple forecast must be (mean, std)")
-        mean, std = (torch.as_tensor(t) for t in forecast)
-        return torch.distributions.Normal(mean, std, validate_args=False)
-    for meth in ("cdf", "log_prob", "icdf"):
-        if not callable(getattr(forecast, meth, None)):
-            raise TypeError(
-                f"forecast must provide cdf/log_prob/icdf (missing {meth!r}); got {type(forecast).__name__}"
-            )
-    return forecast
-
-
-def _vec(t, name: str) -> Tensor:
-    t = torch.as_tensor(t)
-    if t.ndim == 2 and t.shape[1] == 1:  # (n, 1) as produced by some models
-        t = t[:, 0]
-    if t.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of shape (n,), got shape {tuple(t.shape)}")
-    if t.numel() == 0:
-        raise ValueError(f"{name} is empty")
-    if not torch.is_floating_point(t):
-        t = t.to(torch.get_default_dtype())
-    return t
-
-
-def _same_len(*named):
-    n = {name: t.shape[0] for name, t in named}
-    if len(set(n.values())) != 1:
-        raise ValueError(f"length mismatch: {n}")
-
-
-# --------------------------------------------------------------------------------------------
 # likelihood / PIT / sharpness / CRPS
 # --------------------------------------------------------------------------------------------
-def gaussian_nll(mean, std, y) -> Tensor:
-    r"""Mean Gaussian negative log-likelihood, in target units (nats).
+LOG_2PI = math.log(2 * math.pi)
 
-    :math:`\frac1n\sum_i \tfrac12\log(2\pi) + \log\sigma_i + \frac{(y_i-\mu_i)^2}{2\sigma_i^2}`.
+
+def gaussian_nll(forecast, y, reduction: str = "mean") -> Tensor:
+    r"""Gaussian negative log-likelihood in nats, averaged (``reduction="mean"``) or summed over rows.
+
+    :math:`\log\sigma_i + \frac{(y_i-\mu_i)^2}{2\sigma_i^2} + \tfrac12\log(2\pi)` for
+    ``forecast = (mean, std)`` (or a ``Normal``). Shapes broadcast (no 1-D requirement), so the same
+    function is the training loss of a single model and of a stack of models.
     """
-    mean, std, y = _vec(mean, "mean"), _vec(std, "std"), _vec(y, "y")
-    _same_len(("mean", mean), ("std", std), ("y", y))
-    z = (y - mean) / std
-    return (0.5 * math.log(2 * math.pi) + torch.log(std) + 0.5 * z * z).mean()
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    mean, std = gaussian_params(forecast)
+    y = y if isinstance(y, Tensor) else torch.as_tensor(y, dtype=mean.dtype)
+    nll = torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI
+    return nll.mean() if reduction == "mean" else nll.sum()
 
 
-def nll(forecast, y) -> Tensor:
-    """Mean of ``-forecast.log_prob(y)`` over all rows."""
+def _reduce(values: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return values.mean()
+    if reduction == "sum":
+        return values.sum()
+    if reduction == "none":
+        return values
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def nll(forecast, y, reduction: str = "mean") -> Tensor:
+    """``-forecast.log_prob(y)`` in nats, averaged over rows (``reduction="sum"``: summed, ``"none"``: per row).
+
+    Any forecast (see :func:`as_forecast`), e.g. a recalibrated one.
+    """
     f = as_forecast(forecast)
-    y = _vec(y, "y")
-    return (-f.log_prob(y)).mean()
+    y = as_vector(y, "y")
+    return _reduce(-f.log_prob(y), reduction)
 
 
 def pit(forecast, y) -> Tensor:
     """Probability integral transform ``u_i = F_i(y_i) = forecast.cdf(y)`` (shape ``(n,)``)."""
     f = as_forecast(forecast)
-    y = _vec(y, "y")
+    y = as_vector(y, "y")
     return f.cdf(y)
 
 
-def sharpness(std) -> Tensor:
-    """Mean predictive standard deviation (lower = sharper)."""
-    return _vec(std, "std").mean()
+def sharpness(forecast) -> Tensor:
+    """Mean predictive standard deviation ``1/n sum_i sigma_i``, in target units (lower = sharper).
+
+    ``forecast`` is ``(mean, std)`` or a ``Normal``; a bare tensor is taken as the std. Other libraries
+    use other definitions under the same name (README, "Conventions").
+    """
+    if isinstance(forecast, (tuple, list, torch.distributions.Normal)):
+        forecast = gaussian_params(forecast)[1]
+    return as_vector(forecast, "std").mean()
 
 
-def crps_gaussian(mean, std, y) -> Tensor:
-    r"""Mean closed-form CRPS of Gaussian forecasts (Gneiting & Raftery 2007).
+def crps(forecast, y, reduction: str = "mean") -> Tensor:
+    r"""Mean closed-form CRPS of Gaussian forecasts (Gneiting & Raftery 2007), in target units.
 
     :math:`\mathrm{CRPS}(\mathcal N(\mu,\sigma^2), y) = \sigma\,[z(2\Phi(z)-1) + 2\varphi(z) - 1/\sqrt\pi]`
-    with :math:`z=(y-\mu)/\sigma`; equals :math:`\int (F(t) - 1[t\ge y])^2\,dt`.
+    with :math:`z=(y-\mu)/\sigma`; equals :math:`\int (F(t) - 1[t\ge y])^2\,dt`. ``forecast`` is
+    ``(mean, std)`` or a ``Normal``; ``reduction="sum"``/``"none"`` sums / returns the per-row values.
     """
-    mean, std, y = _vec(mean, "mean"), _vec(std, "std"), _vec(y, "y")
-    _same_len(("mean", mean), ("std", std), ("y", y))
+    mean, std = gaussian_params(forecast)
+    mean, std, y = as_vector(mean, "mean"), as_vector(std, "std"), as_vector(y, "y")
+    same_length(("mean", mean), ("std", std), ("y", y))
     z = (y - mean) / std
     cdf = 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))
     pdf = torch.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    return (std * (z * (2.0 * cdf - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi))).mean()
+    return _reduce(std * (z * (2.0 * cdf - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi)), reduction)
+
+
+def crps_gaussian(mean, std, y) -> Tensor:
+    """Deprecated spelling of ``crps((mean, std), y)``, kept for existing callers."""
+    return crps((mean, std), y)
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,14 +140,19 @@ def qce_binned(pit_values, n_bins: int = 20) -> Tensor:
     the total-variation distance between the binned PIT histogram and uniform.  This is the
     authors' normalisation, but with equal bins, so a calibrated forecaster scores ~0 (only
     sampling noise, ~sqrt(B/N)); compare :func:`kcal.metrics.official.official_qce` whose
-    rounding-based bins give a floor of ~0.025 (Q6).  Defined for any N >= 1.
+    rounding-based bins give a floor of ~0.025.  Defined for any N >= 1.
     """
-    u = _vec(pit_values, "pit").clamp(0.0, 1.0)
+    u = as_vector(pit_values, "pit").clamp(0.0, 1.0)
     if n_bins < 1:
         raise ValueError("n_bins must be >= 1")
     idx = torch.floor(u * n_bins).long().clamp_(0, n_bins - 1)
     counts = torch.bincount(idx, minlength=n_bins).to(u.dtype)
     return 0.5 * (counts / u.shape[0] - 1.0 / n_bins).abs().sum()
+
+
+def qce(forecast, y, n_bins: int = 20) -> Tensor:
+    """:func:`qce_binned` of the forecast's PIT values: ``qce_binned(pit(forecast, y), n_bins)``."""
+    return qce_binned(pit(forecast, y), n_bins)
 
 
 def qce_ecdf(pit_values, p: int = 1) -> Tensor:
@@ -165,7 +170,7 @@ def qce_ecdf(pit_values, p: int = 1) -> Tensor:
     :math:`\int_a^b (u-h)^2\,du = \tfrac13[(b-h)^3 - (a-h)^3]`.
     A calibrated forecaster scores O(1/sqrt(N)).  Defined for N >= 1 (N=1, u=0.5 gives 0.25 for p=1).
     """
-    u = _vec(pit_values, "pit").clamp(0.0, 1.0)
+    u = as_vector(pit_values, "pit").clamp(0.0, 1.0)
     n = u.shape[0]
     s, _ = torch.sort(u)
     zero, one = s.new_zeros(1), s.new_ones(1)
@@ -199,10 +204,10 @@ def decision_calibration_error(prob_above, y, threshold: float = 0.0) -> Tensor:
     Ties: a label exactly equal to ``c`` counts as the ``+1`` side (``y >= c``), since
     :math:`P(Y=c)=0` for a continuous target.  This DIFFERS from the official flavour
     (:func:`kcal.metrics.official.official_dce`), where ``sign(0)=0`` puts such labels on neither
-    action (Q2).  Defined for n >= 1.
+    action.  Defined for n >= 1.
     """
-    p, y = _vec(prob_above, "prob_above"), _vec(y, "y")
-    _same_len(("prob_above", p), ("y", y))
+    p, y = as_vector(prob_above, "prob_above"), as_vector(y, "y")
+    same_length(("prob_above", p), ("y", y))
     above = (y >= threshold).to(p.dtype)
     # loss matrices over actions (+1, -1): loss(+1, y) = 1[y < c], loss(-1, y) = 1[y >= c]
     e_p = torch.stack([(1.0 - above).mean(), above.mean()])
@@ -213,7 +218,7 @@ def decision_calibration_error(prob_above, y, threshold: float = 0.0) -> Tensor:
 def dce(forecast, y, threshold: float = 0.0) -> Tensor:
     """:func:`decision_calibration_error` with ``prob_above = 1 - forecast.cdf(c)``."""
     f = as_forecast(forecast)
-    y = _vec(y, "y")
+    y = as_vector(y, "y")
     c = torch.full_like(y, float(threshold))
     prob_above = 1.0 - f.cdf(c)
     return decision_calibration_error(prob_above, y, threshold)
@@ -226,7 +231,7 @@ def dce_sampled(samples, y, threshold: float = 0.0) -> Tensor:
     (same tie convention as :func:`decision_calibration_error`).
     """
     s = torch.as_tensor(samples)
-    y = _vec(y, "y")
+    y = as_vector(y, "y")
     if s.ndim == 1:
         s = s[None]
     if s.ndim != 2 or s.shape[1] != y.shape[0]:

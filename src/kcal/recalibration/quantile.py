@@ -7,8 +7,7 @@ Two fitting rules share one piecewise-linear representation (:class:`PiecewiseLi
 
 * :class:`IsotonicQuantileRecalibrator` -- Kuleshov, Fenner & Ermon (2018).
 * :class:`ConformalQuantileRecalibrator` -- what the official code actually ran
-  (torchuq ``ConformalCalibrator(input_type='distribution', interpolation='linear')``,
-  reference section 5).
+  (torchuq ``ConformalCalibrator(input_type='distribution', interpolation='linear')``).
 
 Conventions used throughout (all maps, both recalibrators):
 
@@ -387,7 +386,7 @@ class ConformalQuantileRecalibrator(QuantileRecalibrator):
 
     Ambiguities resolved (documented choices):
 
-    * Score ``PIT - 0.5`` vs ``PIT``: the reference says the score is ``F(y) - 0.5`` (some torchuq versions
+    * Score ``PIT - 0.5`` vs ``PIT``: torchuq's conformal calibrator scores ``F(y) - 0.5`` (some torchuq versions
       use ``F(y)``); a constant shift of the knots and the query cancels, so we store knots in PIT space.
     * End knots are **not** clipped to ``[0, 1]`` (torchuq does not clip); if ``s_(0) < 0`` then
       ``R(0) > 0`` (<= 1/(N+1)) and ``R^{-1}(level)`` can be negative -- the base icdf then sees the level

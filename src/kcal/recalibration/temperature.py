@@ -4,7 +4,7 @@
 ``T = 1``) by minimising the full-validation cross-entropy of ``logits / T`` with
 ``torch.optim.LBFGS(line_search_fn="strong_wolfe")`` (one ``step`` of at most ``max_iter`` iterations,
 float64). This is a deliberate departure from the authors' optimiser (torchuq ``TemperatureScaling``:
-Adam lr 1e-3 + ReduceLROnPlateau until lr < 1e-6, reference section 5); both minimise the same convex
+Adam lr 1e-3 + ReduceLROnPlateau until lr < 1e-6); both minimise the same convex
 1-D objective, LBFGS just gets to the optimum reliably and fast.
 
 Lightning 2 may call test hooks under ``torch.inference_mode()`` (Lightning issue 19910), where autograd
@@ -18,6 +18,7 @@ that block (a clone of an inference tensor made outside inference mode is a norm
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 
@@ -31,7 +32,25 @@ __all__ = [
     "make_class_recalibrator",
     "CLASS_RECALIBRATORS",
     "PROB_EPS",
+    "TemperatureClippedWarning",
 ]
+
+log = logging.getLogger(__name__)
+
+
+class TemperatureClippedWarning(UserWarning):
+    """The fitted temperature left ``[min_temperature, max_temperature]`` and was clipped.
+
+    It happens on (nearly) separable validation sets, where the cross-entropy keeps falling as T -> 0 or
+    T -> infinity. One run fits the same validation logits more than once (the exact evaluation and the
+    figures) and the official flavour's probabilities once more, so the warning is raised only by
+    :meth:`TemperatureScaler.fit` and only when its message differs from the previous clip warning of the
+    process; ``fit_from_probs`` and repeats report the clip as a DEBUG log line. The unclipped value is
+    kept in ``TemperatureScaler.unclipped_temperature_``.
+    """
+
+
+_last_clip_message: list[str] = []  # the previous clip warning's text (one element at most)
 
 #: Added to probabilities before the log in ``fit_from_probs`` / ``transform_probs`` (authors' value).
 PROB_EPS = 1e-10
@@ -80,8 +99,8 @@ class TemperatureScaler(ClassRecalibrator):
     max_iter:
         Maximum LBFGS iterations (a single ``LBFGS.step`` call).
     min_temperature, max_temperature:
-        The fitted ``T`` is clipped into this range (with a warning) -- only reachable on degenerate
-        validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
+        The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`) -- only
+        reachable on degenerate validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
         ``T -> 0``. A non-finite fit result falls back to ``T = 1`` with a warning.
     """
 
@@ -99,13 +118,17 @@ class TemperatureScaler(ClassRecalibrator):
         self.fitted = False
         self.final_loss_: float | None = None
         self.initial_loss_: float | None = None
+        self.unclipped_temperature_: float | None = None
 
     @property
     def temperature(self) -> float:
         return math.exp(self._log_t)
 
-    def fit(self, logits: torch.Tensor, labels: torch.Tensor) -> TemperatureScaler:
-        """Fit ``T`` on the full validation set. ``logits``: (n, m); ``labels``: (n,) integer classes."""
+    def fit(self, logits: torch.Tensor, labels: torch.Tensor, *, quiet: bool = False) -> TemperatureScaler:
+        """Fit ``T`` on the full validation set. ``logits``: (n, m); ``labels``: (n,) integer classes.
+
+        ``quiet``: report a clipped temperature as a DEBUG log line instead of a warning.
+        """
         if logits.dim() != 2:
             raise ValueError(f"logits must have shape (n, num_classes), got {tuple(logits.shape)}")
         if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
@@ -147,11 +170,17 @@ class TemperatureScaler(ClassRecalibrator):
             )
             fitted = 0.0
         lo, hi = math.log(self.min_temperature), math.log(self.max_temperature)
+        self.unclipped_temperature_ = math.exp(fitted)
         if not lo <= fitted <= hi:
-            warnings.warn(
-                f"fitted temperature {math.exp(fitted):.3g} clipped to [{self.min_temperature}, {self.max_temperature}]",
-                stacklevel=2,
+            message = (
+                f"fitted temperature {math.exp(fitted):.3g} clipped to [{self.min_temperature}, "
+                f"{self.max_temperature}] (a separable validation set)"
             )
+            if quiet or _last_clip_message == [message]:
+                log.debug(message)
+            else:
+                _last_clip_message[:] = [message]
+                warnings.warn(message, TemperatureClippedWarning, stacklevel=2)
             fitted = min(max(fitted, lo), hi)
         self._log_t = fitted
         self.fitted = True
@@ -159,7 +188,7 @@ class TemperatureScaler(ClassRecalibrator):
 
     def fit_from_probs(self, probs: torch.Tensor, labels: torch.Tensor) -> TemperatureScaler:
         """Official flavour: fit on ``log(probs + 1e-10)`` used as logits (what torchuq received)."""
-        return self.fit(_probs_to_logits(probs.detach()), labels)
+        return self.fit(_probs_to_logits(probs.detach()), labels, quiet=True)
 
     def scale(self, logits: torch.Tensor) -> torch.Tensor:
         """Recalibrated logits ``logits / T``."""

@@ -1,0 +1,147 @@
+"""Input checks shared by the metrics, MMD estimators, baselines, metric classes and losses.
+
+Every public function of :mod:`kcal.metrics`, :mod:`kcal.mmd` and :mod:`kcal.baselines` passes its
+arguments through these helpers first, so all of them accept numpy arrays as well as torch tensors and
+refuse bad input with the same one-line messages:
+
+* :func:`as_vector` — a 1-D ``(n,)`` float tensor (an ``(n, 1)`` column is flattened);
+* :func:`check_probs` — ``(n, m)`` class probabilities (rows in [0, 1] summing to 1; logits are refused
+  with a message saying to pass ``softmax(logits, -1)``) and ``(n,)`` integer labels in ``[0, m)``;
+* :func:`gaussian_params` — ``(mean, std)`` of a Gaussian forecast given as a pair or a ``Normal``;
+* :func:`as_forecast` — any forecast object with ``cdf``/``log_prob``/``icdf`` (a pair becomes a
+  ``Normal``).
+
+Value checks that need the data on the host (sums, label range) run only when ``validate_args`` is true
+(the default) and never inside ``torch.func`` transforms; training loops pass ``validate_args=False`` to
+avoid a device-to-host synchronisation per step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PROB_SUM_ATOL",
+    "as_forecast",
+    "as_vector",
+    "check_probs",
+    "functorch_active",
+    "gaussian_params",
+    "same_length",
+]
+
+PROB_SUM_ATOL = 1e-3
+"""Rows of ``probs`` must sum to 1 within this absolute tolerance."""
+
+
+def functorch_active() -> bool:
+    """True inside ``torch.func`` transforms (vmap/grad), where data-dependent checks cannot run."""
+    fn = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return True if fn is None else bool(fn())
+
+
+def as_vector(t, name: str) -> Tensor:
+    """``t`` (numpy or torch) as a 1-D floating tensor of shape ``(n,)``; ``(n, 1)`` is flattened.
+
+    Integer input becomes the default float dtype; an empty or higher-dimensional input raises
+    ``ValueError`` naming ``name``.
+    """
+    t = torch.as_tensor(t)
+    if t.ndim == 2 and t.shape[1] == 1:  # (n, 1) as produced by some models
+        t = t[:, 0]
+    if t.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D tensor of shape (n,), got shape {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    if not torch.is_floating_point(t):
+        t = t.to(torch.get_default_dtype())
+    return t
+
+
+def same_length(*named: tuple[str, Tensor]) -> None:
+    """Raise ``ValueError`` listing the lengths unless every ``(name, tensor)`` has the same first dim."""
+    n = {name: t.shape[0] for name, t in named}
+    if len(set(n.values())) != 1:
+        raise ValueError(f"length mismatch: {n}")
+
+
+def check_probs(probs, labels=None, *, validate_args: bool = True, min_rows: int = 1):
+    """Check class probabilities ``probs`` ``(n, m)`` and optional integer ``labels`` ``(n,)``.
+
+    Returns ``(probs, labels)`` as tensors (float probabilities, int64 labels, or ``None``). Refused with
+    a one-line ``ValueError``: wrong shapes, fewer than ``min_rows`` rows, float labels, and, when
+    ``validate_args``, labels outside ``[0, m)`` or probabilities outside [0, 1] / rows not summing to 1
+    (within ``PROB_SUM_ATOL``), the usual sign that logits were passed.
+    """
+    probs = torch.as_tensor(probs)
+    if probs.ndim != 2:
+        raise ValueError(f"probs must have shape (n, m), got {tuple(probs.shape)}")
+    n, m = probs.shape
+    if n < max(1, min_rows):
+        if n == 0:
+            raise ValueError("probs is empty (n = 0)")
+        raise ValueError(f"need at least n={min_rows} examples, got n={n}")
+    if not torch.is_floating_point(probs):
+        probs = probs.to(torch.get_default_dtype())
+    check_values = validate_args and not functorch_active()
+    if check_values:
+        sums = probs.detach().sum(-1)
+        bad_range = bool(((probs.detach() < 0) | (probs.detach() > 1)).any())
+        worst = float((sums - 1.0).abs().max())
+        if bad_range or not worst <= PROB_SUM_ATOL:
+            raise ValueError(
+                f"probs must be class probabilities (entries in [0, 1], rows summing to 1); got rows summing "
+                f"to {float(sums.min()):.4g}..{float(sums.max()):.4g}: pass torch.softmax(logits, -1), not logits"
+            )
+    if labels is None:
+        return probs, None
+    labels = torch.as_tensor(labels)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"labels must have shape (n,) = ({n},), got {tuple(labels.shape)}")
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be integer class ids (int64), got {labels.dtype}: pass labels.long()")
+    labels = labels.long()
+    if check_values and (int(labels.min()) < 0 or int(labels.max()) >= m):
+        raise ValueError(f"labels must lie in [0, {m - 1}] for {m} classes")
+    return probs, labels
+
+
+def as_forecast(forecast):
+    """Return a forecast object; a ``(mean, std)`` tuple/list becomes ``Normal(mean, std)``.
+
+    A forecast is anything with ``cdf(y)``, ``log_prob(y)`` and ``icdf(u)`` acting elementwise on
+    ``(n,)`` tensors: ``torch.distributions.Normal``, a recalibrated forecast, ...
+    """
+    if isinstance(forecast, (tuple, list)):
+        mean, std = gaussian_params(forecast)
+        return torch.distributions.Normal(mean, std, validate_args=False)
+    for meth in ("cdf", "log_prob", "icdf"):
+        if not callable(getattr(forecast, meth, None)):
+            raise TypeError(
+                f"forecast must be a (mean, std) pair or provide cdf/log_prob/icdf (missing {meth!r}); "
+                f"got {type(forecast).__name__}"
+            )
+    return forecast
+
+
+def gaussian_params(forecast) -> tuple[Tensor, Tensor]:
+    """``(mean, std)`` tensors of a Gaussian forecast given as a pair or a ``torch.distributions.Normal``.
+
+    Other forecasts raise ``TypeError`` (the caller has a closed form for Gaussians only).
+    """
+    if isinstance(forecast, torch.distributions.Normal):
+        return forecast.loc, forecast.scale
+    if isinstance(forecast, (tuple, list)):
+        if len(forecast) != 2:
+            raise ValueError(f"a tuple forecast must be (mean, std), got {len(forecast)} items")
+        mean, std = forecast
+        mean = mean if isinstance(mean, Tensor) else torch.as_tensor(mean)
+        std = std if isinstance(std, Tensor) else torch.as_tensor(std)
+        return mean, std
+    raise TypeError(
+        "this function has a closed form for Gaussian forecasts only: pass (mean, std) or "
+        f"torch.distributions.Normal(mean, std), got {type(forecast).__name__}"
+    )

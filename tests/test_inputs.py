@@ -1,0 +1,141 @@
+"""One calling convention and one set of input checks across kcal.metrics, kcal.mmd and kcal.baselines."""
+
+import numpy as np
+import pytest
+import torch
+
+from kcal import baselines, mmd
+from kcal.kernels import get_kernel
+from kcal.metrics import classification as C
+from kcal.metrics import regression as R
+
+DT = torch.float64
+
+
+def _classes(n=2000, m=5, seed=0):
+    """Forecasts whose labels are sampled from their own probabilities (calibrated by construction)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = 2.0 * torch.randn(n, m, generator=g, dtype=DT)
+    probs = torch.softmax(logits, -1)
+    labels = torch.multinomial(probs, 1, generator=g)[:, 0]
+    return logits, probs, labels, torch.randn(n, 3, generator=g, dtype=DT)
+
+
+def test_ece_refuses_logits_and_says_what_to_pass():
+    logits, probs, labels, _ = _classes()
+    assert float(C.ece(probs, labels)) < 0.05
+    with pytest.raises(ValueError, match=r"softmax\(logits, -1\)"):
+        C.ece(logits, labels)
+    for fn in (C.accuracy, C.classwise_ece, baselines.mmce):
+        with pytest.raises(ValueError, match="softmax"):
+            fn(logits, labels)
+    with pytest.raises(ValueError, match="softmax"):
+        mmd.classification_mmd(logits[:50], labels[:50], form="canonical")
+
+
+def test_probabilities_that_do_not_sum_to_one_are_refused():
+    _, probs, labels, x = _classes(n=40)
+    with pytest.raises(ValueError, match="summing to 1"):
+        C.ece(0.9 * probs, labels)
+    with pytest.raises(ValueError, match="summing to 1"):
+        C.kce(probs[:, :4], labels.clamp(max=3), x)
+    with pytest.raises(ValueError, match="integer class ids"):
+        C.ece(probs, labels.double())
+    with pytest.raises(ValueError, match=r"\[0, 4\]"):
+        mmd.classification_mmd(probs, labels + 1, x)
+    # training loops switch the value checks (and their host sync) off
+    mmd.classification_mmd(0.9 * probs, labels, x, validate_args=False)
+
+
+def test_numpy_and_torch_inputs_agree():
+    _, probs, labels, x = _classes(n=60)
+    p, lab, xn = probs.numpy(), labels.numpy(), x.numpy()
+    pairs = [
+        (C.ece(p, lab), C.ece(probs, labels)),
+        (C.accuracy(p, lab), C.accuracy(probs, labels)),
+        (C.classwise_ece(p, lab), C.classwise_ece(probs, labels)),
+        (C.kce(p, lab, xn), C.kce(probs, labels, x)),
+        (mmd.classification_mmd(p, lab, xn), mmd.classification_mmd(probs, labels, x)),
+        (baselines.mmce(p, lab), baselines.mmce(probs, labels)),
+        (baselines.ece_kde(p, lab), baselines.ece_kde(probs, labels)),
+    ]
+    g = torch.Generator().manual_seed(1)
+    mean, std = torch.randn(60, generator=g, dtype=DT), torch.rand(60, generator=g, dtype=DT) + 0.5
+    y, eps = torch.randn(60, generator=g, dtype=DT), torch.randn(4, 60, generator=g, dtype=DT)
+    fm, fn_ = (mean.numpy(), std.numpy()), (mean, std)
+    pairs += [
+        (R.nll(fm, y.numpy()), R.nll(fn_, y)),
+        (R.crps(fm, y.numpy()), R.crps(fn_, y)),
+        (R.dce(fm, y.numpy()), R.dce(fn_, y)),
+        (R.qce(fm, y.numpy()), R.qce(fn_, y)),
+        (R.gaussian_nll(fm, y.numpy()), R.gaussian_nll(fn_, y)),
+        (R.sharpness(fm), R.sharpness(fn_)),
+        (mmd.regression_mmd(fm, y.numpy(), xn, eps=eps.numpy()), mmd.regression_mmd(fn_, y, x, eps=eps)),
+        (
+            mmd.sample_mmd2(eps.numpy()[:, :, None], y.numpy()[None, :, None], get_kernel("rbf")),
+            mmd.sample_mmd2(eps[:, :, None], y[None, :, None], get_kernel("rbf")),
+        ),
+    ]
+    for a, b in pairs:
+        assert isinstance(a, torch.Tensor) and torch.equal(a, b)
+
+
+def test_regression_functions_take_forecast_then_target():
+    g = torch.Generator().manual_seed(2)
+    mean, std = torch.randn(30, generator=g, dtype=DT), torch.rand(30, generator=g, dtype=DT) + 0.5
+    y, x, eps = (
+        torch.randn(30, generator=g, dtype=DT),
+        torch.randn(30, 2, dtype=DT),
+        torch.randn(5, 30, dtype=DT),
+    )
+    normal = torch.distributions.Normal(mean, std)
+    new = mmd.regression_mmd((mean, std), y, x, eps=eps, bandwidth_z=2.0)
+    assert torch.equal(new, mmd.regression_mmd(normal, y, x, eps=eps, bandwidth_z=2.0))
+    assert torch.equal(new, mmd.regression_mmd(mean, std, y, x, eps=eps, bandwidth_z=2.0))  # deprecated order
+    assert torch.equal(R.crps((mean, std), y), R.crps_gaussian(mean, std, y))
+    assert torch.equal(R.crps(normal, y), R.crps((mean, std), y))
+    assert torch.equal(R.gaussian_nll(normal, y), R.gaussian_nll((mean, std), y))
+    assert torch.allclose(R.gaussian_nll((mean, std), y), R.nll((mean, std), y))
+    with pytest.raises(TypeError, match=r"\(mean, std\)"):
+        R.crps(torch.distributions.Laplace(mean, std), y)
+
+
+def test_sample_mmd2_is_symmetric_in_forecast_and_target():
+    g = torch.Generator().manual_seed(3)
+    f, t = torch.randn(6, 25, generator=g, dtype=DT), torch.randn(1, 25, generator=g, dtype=DT)
+    k = get_kernel("rbf", bandwidth=0.7)
+    for pairing in ("index", "cross"):
+        a = mmd.sample_mmd2(f, t, k, pairing=pairing)
+        b = mmd.sample_mmd2(t, f, k, pairing=pairing)
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-15)
+
+
+def test_kce_bandwidth_names_match_classification_mmd():
+    _, probs, labels, x = _classes(n=30)
+    a = C.kce(probs, labels, x, bandwidth_z=3.0, bandwidth_y=0.2)
+    assert torch.equal(a, C.kce(probs, labels, x, bandwidth_x=3.0, bandwidth_y=0.2))  # former name
+    assert torch.equal(a, mmd.classification_mmd(probs, labels, x, bandwidth_z=3.0, bandwidth_y=0.2))
+    assert np.isclose(float(C.kce(probs, labels, x)), float(mmd.classification_mmd(probs, labels, x)))
+
+
+def test_sample_mmd2_takes_z_as_a_gram_matrix_or_as_values_with_a_kernel():
+    g = torch.Generator().manual_seed(4)
+    f, t = torch.randn(5, 20, generator=g, dtype=DT), torch.randn(1, 20, generator=g, dtype=DT)
+    z = torch.randn(20, 2, generator=g, dtype=DT)
+    k, kz = get_kernel("rbf", bandwidth=0.7), get_kernel("rbf", bandwidth=2.0)
+    assert torch.equal(mmd.sample_mmd2(f, t, k, kz(z, z)), mmd.sample_mmd2(f, t, k, z=z, kernel_z=kz))
+    with pytest.raises(ValueError, match="kernel_z"):
+        mmd.sample_mmd2(f, t, k, z=z)
+
+
+def test_the_low_level_estimators_accept_numpy_too():
+    _, probs, labels, x = _classes(n=25)
+    k_y, k_z = torch.eye(5, dtype=DT), get_kernel("rbf", bandwidth=3.0)(x, x)
+    assert torch.equal(
+        mmd.analytic_mmd2(probs.numpy(), labels.numpy(), k_y.numpy(), k_z.numpy()),
+        mmd.analytic_mmd2(probs, labels, k_y, k_z),
+    )
+    assert torch.equal(
+        mmd.mmd2_unbiased(k_z.numpy(), k_z.numpy(), k_z.numpy()), mmd.mmd2_unbiased(k_z, k_z, k_z)
+    )
+    assert baselines.select_bandwidth(probs.numpy()) == baselines.select_bandwidth(probs)
