@@ -212,7 +212,8 @@ def test_local_maps_on_synthetic_forecasts_of_the_crime_split(tmp_path, capsys):
 def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tmp_path, monkeypatch, caplog):
     from hydra import compose, initialize_config_dir
 
-    from kcal.train import CONFIG_DIR, run
+    from kcal.configs import CONFIG_DIR
+    from kcal.train import run
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["dataset=crime", "dataset.max_train_rows=128", "trainer.max_epochs=1",

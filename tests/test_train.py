@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
-from kcal.train import CONFIG_DIR, run
+from kcal.train import run
 
 from .data.conftest import mirror_has
 

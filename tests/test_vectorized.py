@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from kcal import seeding
 from kcal import train as T
 from kcal import vectorized as V
+from kcal.configs import CONFIG_DIR
 from kcal.models import build_model
 from kcal.objectives import Objective
 
@@ -29,7 +30,7 @@ SEEDS = [0, 1, 2]
 
 
 def cfg_for(*overrides):
-    with initialize_config_dir(config_dir=T.CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("train", overrides=[*SMALL, *overrides])
 
 

@@ -49,6 +49,7 @@ from omegaconf import DictConfig
 
 from kcal import seeding
 from kcal import train as T
+from kcal.configs import CONFIG_DIR
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
 from kcal.objectives import gaussian_nll
@@ -83,7 +84,7 @@ def compose_cfg(*overrides: str, protocol_defaults: bool = False) -> DictConfig:
     """The train config with ``overrides``; diagnostics off unless ``protocol_defaults`` (then only the
     progress bar is off: the configuration exactly as the reproduction runs it)."""
     base = ["trainer.progress_bar=false"] if protocol_defaults else [*BASE, *NO_FIGURES]
-    with initialize_config_dir(config_dir=T.CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("train", overrides=[*base, *overrides])
 
 

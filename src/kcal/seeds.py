@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
-from kcal.train import CONFIG_DIR, run
+from kcal.train import run
 
 TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
@@ -144,7 +145,7 @@ def collect(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="seeds")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="seeds")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
     summary = run_seeds(cfg)

@@ -35,9 +35,10 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
+from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.errors import ConfigError, exits_on_config_error
-from kcal.train import CONFIG_DIR, run
+from kcal.train import run
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
 NOT_COUNTED = ("stale", "surplus")
@@ -271,7 +272,7 @@ def _best_value(study: optuna.Study):
         return None
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="sweep")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="sweep")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
     study = sweep(cfg)

@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from kcal import seeding
+from kcal.configs import CONFIG_DIR, CONFIG_PATH
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
 from kcal.errors import ConfigError, exits_on_config_error
@@ -42,7 +43,6 @@ from kcal.models import build_model
 from kcal.module import CalibrationModule, TensorDataModule
 from kcal.objectives import Objective
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # a Lightning-internal deprecation, not ours
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")  # no DataLoader by design
 
@@ -307,7 +307,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict:
     return finalize(prep, module.model, result, out, cfg.seed)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 @exits_on_config_error
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig

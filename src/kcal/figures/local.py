@@ -78,7 +78,7 @@ def compose_local_config(dataset: str, objective: str, seed: int = 0, overrides=
     """``configs/train.yaml`` with ``experiment=local_calibration`` and the dataset's defaults."""
     from hydra import compose, initialize_config_dir
 
-    from kcal.train import CONFIG_DIR
+    from kcal.configs import CONFIG_DIR
 
     extra = LOCAL_DATASETS.get(dataset, {}).get("overrides", [])
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
