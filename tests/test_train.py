@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
-from kcal.train import run
+from kcal.run import run
 
 from .data.conftest import mirror_has
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
-from kcal.train import run
+from kcal.run import run
 
 TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
@@ -88,7 +88,7 @@ def run_seeds(cfg: DictConfig) -> pd.DataFrame:
 
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
     if cfg.seeds_run.vectorized:  # kcal.vectorized itself falls back to single runs under protocol=clean
-        from kcal.vectorized import run_seeds as run_vectorized
+        from kcal.run.stacked import run_seeds as run_vectorized
 
         size = int(cfg.seeds_run.chunk_size)
         for i in range(0, len(seeds), size):

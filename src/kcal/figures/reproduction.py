@@ -1,5 +1,5 @@
 """Figures over a reproduction root laid out as ``<root>/<dataset>/<objective>/seeds/seed<k>/``
-(each seed directory a :func:`kcal.train.run` output: history.csv, metrics.json, predictions.npz,
+(each seed directory a :func:`kcal.run.run` output: history.csv, metrics.json, predictions.npz,
 config.yaml). Written to ``<root>/figures/``:
 
 * ``dce_<dataset>.{png,pdf,csv}`` (paper Figures 3 and 4): decision calibration error vs epoch on the

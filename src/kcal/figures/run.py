@@ -1,4 +1,4 @@
-"""Per-run figures from ``config.yaml`` + ``predictions.npz`` (written by :func:`kcal.train.finalize`).
+"""Per-run figures from ``config.yaml`` + ``predictions.npz`` (written by :func:`kcal.run.artifacts.finalize`).
 
 * regression -> ``figures/calibration.{png,pdf}``: the PIT histogram and the quantile calibration curve
   (expected quantile level p vs the observed fraction of test labels below the forecast's p-quantile,

@@ -1,6 +1,6 @@
 """Train K seeds of one configuration at once, as one batched model, each member exactly as alone.
 
-    from kcal.vectorized import run_seeds
+    from kcal.run.stacked import run_seeds
     metrics = run_seeds(cfg, seeds=[0, 1, 2], out_dirs=[Path("s0"), Path("s1"), Path("s2")])
 
 The networks are tiny MLPs, so a single run is dominated by per-step overhead (Python, Lightning,
@@ -8,18 +8,18 @@ kernel launches). Here the K members' weights are stacked along a leading dimens
 step runs every layer once for all members (``baddbmm``/``bmm`` for linear layers; BatchNorm as one
 ``batch_norm`` call over K x width channels), so one optimiser step trains K networks.
 
-**Equivalence.** Member k reproduces ``kcal.train.run`` with ``seed=k`` (see :mod:`kcal.seeding`): its
-initial weights come from ``kcal.train.build(prep, k)``; its batch order from its own generator seeded
+**Equivalence.** Member k reproduces ``kcal.run.run`` with ``seed=k`` (see :mod:`kcal.seeding`): its
+initial weights come from ``kcal.run.setup.build(prep, k)``; its batch order from its own generator seeded
 ``shuffle_seed(k)`` (one ``randperm`` per epoch, as :class:`kcal.data.batches.TensorBatches`); its MMD
 forecast draws from its own generator seeded ``noise_seed(k)`` with exactly the call that
 ``regression_mmd`` makes (``randn((num_samples, n), generator=g)``), passed to the objective as ``eps=``;
 its validation draws from a generator re-seeded ``eval_seed(k)`` every validation epoch. The Lightning
-semantics of :func:`kcal.train.fit` are replayed per member: Adam(lr, weight_decay) (element-wise, so
+semantics of :func:`kcal.run.module.fit` are replayed per member: Adam(lr, weight_decay) (element-wise, so
 stacking does not change it), ``clip_grad_norm_`` over all of the member's parameters, drop_last training
-batches, validation in ``eval_batch_size`` chunks weighted by rows, running bests, ModelCheckpoint (first
-epoch always saved, then strict improvement; NaN counts as the worst value; best weights kept in memory),
-EarlyStopping (patience, stop on a non-finite monitored value; values compared as the float32 tensors
-Lightning logs), ``min_epochs``/``max_epochs`` as Lightning's fit loop applies them (a stop request is
+batches, validation in ``eval_batch_size`` chunks weighted by rows, and the per-epoch rules of
+:mod:`kcal.run.epoch` that the Lightning module uses too (validation metrics, running bests, divergence,
+EarlyStopping and ModelCheckpoint as :class:`~kcal.run.epoch.MonitorState`; best weights kept in memory),
+``min_epochs``/``max_epochs`` as Lightning's fit loop applies them (a stop request is
 never withdrawn, it waits for ``min_epochs``), divergence on a non-finite mean training loss. A member
 that stops is removed from the stack with its optimiser state, so it costs nothing afterwards; a
 diverging member's NaNs stay in its own slices (no operation mixes members).
@@ -34,18 +34,19 @@ Bit-identity on CPU, by construction or by probe:
   evaluated per member with :meth:`Objective.regularization` itself (``kcal.mmd``'s fused fast path is
   not ``vmap``-able, and under ``vmap`` it would take another, numerically different path);
 * evaluation (validation, DCE curves) calls the single network's own ``forward`` per member through
-  ``torch.func.functional_call``, and the objective/metrics code of the Lightning module's validation.
+  ``torch.func.functional_call``, and the validation accumulator of the Lightning module
+  (:class:`kcal.run.epoch.ValidationAccumulator`).
 
 The one known difference: the recorded *training* loss of cross-entropy objectives, because the batched
 cross-entropy sums a batch in a different order than ``F.cross_entropy(reduction="mean")`` (a few ulps on
 ``train/loss``/``train/base`` in ``history.csv``; gradients are identical, ``metrics.json`` unaffected).
-Each member writes what ``kcal.train.run`` writes, except that the best weights are
+Each member writes what ``kcal.run.run`` writes (:mod:`kcal.run.artifacts`), except that the best weights are
 ``checkpoints/best.pt`` (a plain ``state_dict``) instead of Lightning's ``best.ckpt``, and there is no
 Lightning ``csv/`` log (``history.csv`` holds the same per-epoch values).
 
 Under ``dataset.protocol=clean`` the data split (and so ``median`` bandwidths and the decision threshold)
 depends on the seed, so members would not share their data: ``run_seeds`` then falls back to sequential
-``kcal.train.run`` calls, as it does for a model it cannot stack.
+``kcal.run.run`` calls, as it does for a model it cannot stack.
 """
 
 from __future__ import annotations
@@ -53,22 +54,26 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
-import math
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from torch import nn
 
 from kcal import seeding
-from kcal import train as _train
 from kcal.models.mlp import GaussianMLP, SoftmaxMLP
-from kcal.objectives import Objective, gaussian_nll
+from kcal.objectives import Objective
+from kcal.run import setup
+from kcal.run.artifacts import finalize, save_config, save_state
+from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, update_bests
+from kcal.run.module import FitResult
+from kcal.run.setup import Prepared, device, prepare
+from kcal.run.single import run
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +85,7 @@ STACKABLE = (GaussianMLP, SoftmaxMLP)
 # ------------------------------------------------------------------------------------------------
 def run_seeds(cfg: DictConfig, seeds: list[int], out_dirs: list[Path], chunk_size: int | None = None,
               progress: bool = True) -> list[dict]:  # fmt: skip
-    """Train ``cfg`` once per seed and write, for each, what ``kcal.train.run`` writes.
+    """Train ``cfg`` once per seed and write, for each, what ``kcal.run.run`` writes.
 
     Members are trained side by side as one batched model, in chunks of at most ``chunk_size`` members
     (None: all at once). Each ``out_dirs[i]`` receives ``config.yaml`` (with ``seed=seeds[i]``),
@@ -98,15 +103,15 @@ def run_seeds(cfg: DictConfig, seeds: list[int], out_dirs: list[Path], chunk_siz
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
     cfgs = [member_config(cfg, s) for s in seeds]
-    reason = _sequential_reason(cfg)
+    reason = sequential_reason(cfg)
     if reason is None:
-        prep = _train.prepare(cfgs[0])
-        model = _train.build(prep, seeds[0])
+        prep = prepare(cfgs[0])
+        model = setup.build(prep, seeds[0])
         if not isinstance(model, STACKABLE):
             reason = f"model {type(model).__name__} cannot be stacked"
     if reason is not None:
-        log.info("kcal.vectorized: training sequentially (%s)", reason)
-        return [_train.run(c, d) for c, d in zip(cfgs, out_dirs, strict=True)]
+        log.info("kcal.run.stacked: training sequentially (%s)", reason)
+        return [run(c, d) for c, d in zip(cfgs, out_dirs, strict=True)]
 
     size = len(seeds) if chunk_size is None else int(chunk_size)
     results: list[dict] = []
@@ -125,7 +130,8 @@ def member_config(cfg: DictConfig, seed: int) -> DictConfig:
     return out
 
 
-def _sequential_reason(cfg: DictConfig) -> str | None:
+def sequential_reason(cfg: DictConfig) -> str | None:
+    """Why ``cfg``'s seeds cannot be stacked (None: they can)."""
     if cfg.dataset.protocol != "official":
         # the split, the normalisation statistics, 'median' bandwidths and the decision threshold all
         # depend on the seed: the members would not share their data, so there is nothing to batch
@@ -361,30 +367,25 @@ class StackedMLP:
         return self
 
 
-def _slice(outputs, i: int):
+def member_slice(outputs, i: int):
+    """Member ``i``'s part of stacked outputs (a tensor, or a tuple of tensors, stacked on dim 0)."""
     return tuple(t[i] for t in outputs) if isinstance(outputs, tuple) else outputs[i]
-
-
-def _cat(chunks, dim: int = 0):
-    if isinstance(chunks[0], tuple):
-        return tuple(torch.cat(parts, dim=dim) for parts in zip(*chunks, strict=True))
-    return torch.cat(chunks, dim=dim)
 
 
 # ------------------------------------------------------------------------------------------------
 # Optimiser and clipping (per member)
 # ------------------------------------------------------------------------------------------------
-def _adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
+def adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
     """Lightning's ``Adam(lr, weight_decay)``. ``foreach=True`` runs the same per-tensor arithmetic as the
     single-tensor default on CPU (bit-identical, tested) but ~1.4x faster on stacked parameters; on CUDA
     it is the default anyway. (``fused=True`` would be 4x faster but rounds differently.)"""
     return torch.optim.Adam(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay, foreach=True)
 
 
-def _compact_optimizer(old: torch.optim.Optimizer, old_params: list[torch.Tensor], new_params: list[torch.Tensor],
+def compact_optimizer(old: torch.optim.Optimizer, old_params: list[torch.Tensor], new_params: list[torch.Tensor],
                        rows: torch.Tensor, cfg: DictConfig) -> torch.optim.Adam:  # fmt: skip
     """A fresh Adam over ``new_params`` whose state is ``old``'s restricted to members ``rows``."""
-    new = _adam(new_params, cfg)
+    new = adam(new_params, cfg)
     for p_old, p_new in zip(old_params, new_params, strict=True):
         state = old.state.get(p_old)
         if state:
@@ -410,11 +411,6 @@ def clip_grad_norm_per_member(params: list[torch.Tensor], max_norm: float) -> to
 # ------------------------------------------------------------------------------------------------
 # Per-member bookkeeping (the Lightning callbacks' state)
 # ------------------------------------------------------------------------------------------------
-def _f32(value: float) -> float:
-    """Lightning logs python floats as float32 tensors and compares those."""
-    return float(np.float32(value))
-
-
 @dataclass
 class Member:
     seed: int
@@ -422,55 +418,22 @@ class Member:
     out: Path
     shuffle: torch.Generator
     noise: torch.Generator
+    monitor: MonitorState | None = None  # EarlyStopping + ModelCheckpoint on trainer.monitor
     history: list[dict] = field(default_factory=list)
     best: dict[str, float] = field(default_factory=dict)
     diverged_epoch: int | None = None
-    stop_requested: bool = False  # trainer.should_stop (never reset during fit)
-    es_best: float = math.inf  # EarlyStopping.best_score (sign-adjusted: lower is better)
-    es_wait: int = 0
-    ckpt_score: float | None = None  # ModelCheckpoint best score (sign-adjusted), None before the first save
-    ckpt_epoch: int | None = None
-    ckpt_state: dict | None = None
+    ckpt_state: dict | None = None  # the best weights (ModelCheckpoint's file, kept in memory)
     final_state: dict | None = None
     epochs: int = 0
 
-
-def _monitor_checks(
-    m: Member, row: dict, monitor: str, patience: int, net: StackedMLP, pos: int, epoch: int
-) -> None:
-    """EarlyStopping then ModelCheckpoint on ``monitor`` (Lightning runs checkpoint callbacks last)."""
-    if monitor not in row:
-        raise ValueError(f"trainer.monitor={monitor!r} is not logged; logged keys: {sorted(row)}")
-    sign = -1.0 if monitor.endswith("acc") else 1.0  # mode max for *acc, else min
-    current = _f32(row[monitor]) * sign
-    # EarlyStopping(check_finite=True, min_delta=0): stop on a non-finite value, else strict improvement
-    if not math.isfinite(current):
-        m.stop_requested = True
-    elif current < m.es_best:
-        m.es_best, m.es_wait = current, 0
-    else:
-        m.es_wait += 1
-        if m.es_wait >= patience:
-            m.stop_requested = True
-    # ModelCheckpoint(save_top_k=1): the first epoch is always saved (NaN stored as the worst value)
-    if m.ckpt_score is None or current < m.ckpt_score:
-        m.ckpt_score = math.inf if math.isnan(current) else current
-        m.ckpt_epoch = epoch
-        m.ckpt_state = net.member_state(pos)
+    def __post_init__(self):
+        if self.monitor is None:
+            self.monitor = MonitorState(str(self.cfg.trainer.monitor), int(self.cfg.trainer.patience))
 
 
 # ------------------------------------------------------------------------------------------------
 # Training one chunk
 # ------------------------------------------------------------------------------------------------
-def _device(cfg: DictConfig) -> torch.device:
-    acc = str(cfg.trainer.accelerator)
-    if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    if acc == "mps" or (acc == "auto" and torch.backends.mps.is_available()):
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 def _noise_shape(objective: Objective) -> int | None:
     """M when a training/validation step of the single run draws ``randn((M, n), generator=g)`` inside
     ``regression_mmd`` (its only use of the generator), else None."""
@@ -485,10 +448,10 @@ def _noise_shape(objective: Objective) -> int | None:
     )
 
 
-class _Trainer:
-    """Replays :func:`kcal.train.fit` for K members at once."""
+class StackedTrainer:
+    """Replays :func:`kcal.run.module.fit` for K members at once."""
 
-    def __init__(self, prep: _train.Prepared, members: list[Member], device: torch.device):
+    def __init__(self, prep: Prepared, members: list[Member], device: torch.device):
         self.prep, self.members, self.device = prep, members, device
         cfg = prep.cfg
         self.t = cfg.trainer
@@ -498,9 +461,9 @@ class _Trainer:
         self.train_split = prep.data.train.to(device)
         self.val_split = prep.data.val.to(device)
         self.noise_samples = _noise_shape(self.objective)
-        models = [_train.build(prep, m.seed) for m in members]
+        models = [setup.build(prep, m.seed) for m in members]
         self.net = StackedMLP(models).to(device)
-        self.opt = _adam(self.net.parameters(), cfg)
+        self.opt = adam(self.net.parameters(), cfg)
         self.active = list(range(len(members)))  # member index of each stack position
         self.base = torch.func.vmap(self.objective.base)
 
@@ -540,7 +503,7 @@ class _Trainer:
         return sums / max(nb, 1)
 
     def _regularizer(self, outputs, xb, yb, pos: int) -> torch.Tensor:
-        out_i, x_i, y_i = _slice(outputs, pos), xb[pos], yb[pos]
+        out_i, x_i, y_i = member_slice(outputs, pos), xb[pos], yb[pos]
         eps = None
         if self.noise_samples is not None:
             mean = out_i[0]
@@ -569,37 +532,24 @@ class _Trainer:
         for pos, i in enumerate(self.active):
             m = self.members[i]
             gen = seeding.generator(seeding.eval_seed(m.seed), xv.device)
-            losses, member_out = [], []
+            acc = ValidationAccumulator(self.task)
             for (s, e), out in zip(bounds, outs, strict=True):
-                o, xb, yb = _slice(out, pos), xv[s:e], yv[s:e]
+                o, xb, yb = member_slice(out, pos), xv[s:e], yv[s:e]
                 if e - s >= 2:
                     loss, _, _ = obj(o, xb, yb, generator=gen)
                 else:  # a 1-row tail batch has no U-statistic; the base loss alone
                     loss = obj.base(o, yb)
-                losses.append(loss * (e - s))
-                member_out.append(o)
-            n = sum(e - s for s, e in bounds)
-            metrics = {"val/loss": torch.stack(losses).sum() / n}
-            if self.task == "regression":
-                mean = torch.cat([o[0] for o in member_out])
-                std = torch.cat([o[1] for o in member_out])
-                metrics["val/nll"] = gaussian_nll(mean, std, yv)
-            else:
-                logits = torch.cat(member_out)
-                metrics["val/nll"] = F.cross_entropy(logits, yv)
-                metrics["val/acc"] = (logits.argmax(-1) == yv).float().mean()
-            values = {key: float(v) for key, v in metrics.items()}
+                acc.update(o, yb, loss)
+            values = {key: float(v) for key, v in acc.compute().items()}
             if self.log_dce:
                 from kcal.diagnostics import decision_curves
 
                 seed = seeding.eval_seed(m.seed)
                 values |= decision_curves(
-                    _slice(train_out, pos), self.train_split.y, self.prep.threshold, "train", seed
+                    member_slice(train_out, pos), self.train_split.y, self.prep.threshold, "train", seed
                 )
-                values |= decision_curves((mean, std), yv, self.prep.threshold, "val", seed)
-            for key, better in (("val/loss", min), ("val/nll", min), ("val/acc", max)):
-                if key in values and math.isfinite(values[key]):
-                    m.best[key] = better(m.best.get(key, values[key]), values[key])
+                values |= decision_curves(acc.split()[0], yv, self.prep.threshold, "val", seed)
+            update_bests(m.best, values)
             rows.append(values)
         return rows
 
@@ -608,7 +558,7 @@ class _Trainer:
         from tqdm.auto import tqdm
 
         t = self.t
-        max_epochs, min_epochs, patience = int(t.max_epochs), int(t.min_epochs or 0), int(t.patience)
+        max_epochs, min_epochs = int(t.max_epochs), int(t.min_epochs or 0)
         label = f"{self.prep.data.info.name}/{self.prep.objective.name} x{len(self.members)} seeds"
         bar = tqdm(total=max_epochs, desc=label, disable=not progress, leave=False, unit="epoch")
         t0 = time.perf_counter()
@@ -629,12 +579,14 @@ class _Trainer:
                     }
                     m.history.append(row)
                     m.epochs = epoch + 1
-                    if not math.isfinite(loss):
+                    if diverged(loss):
                         m.diverged_epoch = epoch
-                        m.stop_requested = True
-                    _monitor_checks(m, row, str(t.monitor), patience, self.net, pos, epoch)
+                        m.monitor.stop_requested = True
+                    # EarlyStopping then ModelCheckpoint (Lightning runs checkpoint callbacks last)
+                    if m.monitor.update(row, epoch):
+                        m.ckpt_state = self.net.member_state(pos)
                     can_stop = m.epochs >= min_epochs if min_epochs else True
-                    if (m.stop_requested and can_stop) or m.epochs >= max_epochs:
+                    if (m.monitor.stop_requested and can_stop) or m.epochs >= max_epochs:
                         finished.append(pos)
                 if finished:
                     self._retire(finished)
@@ -658,51 +610,45 @@ class _Trainer:
         old_params = self.net.parameters()
         rows = torch.as_tensor(keep, dtype=torch.long, device=old_params[0].device)
         self.net.keep(keep)
-        self.opt = _compact_optimizer(self.opt, old_params, self.net.parameters(), rows, self.prep.cfg)
+        self.opt = compact_optimizer(self.opt, old_params, self.net.parameters(), rows, self.prep.cfg)
 
 
-def _run_chunk(prep: _train.Prepared, seeds: list[int], cfgs: list[DictConfig], outs: list[Path],
+def _run_chunk(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs: list[Path],
                progress: bool) -> list[dict]:  # fmt: skip
-    device = _device(prep.cfg)
+    dev = device(prep.cfg)
     members = [
-        Member(seed=s, cfg=c, out=o, shuffle=torch.Generator(device=device).manual_seed(seeding.shuffle_seed(s)),
-               noise=seeding.generator(seeding.noise_seed(s), device))
+        Member(seed=s, cfg=c, out=o, shuffle=torch.Generator(device=dev).manual_seed(seeding.shuffle_seed(s)),
+               noise=seeding.generator(seeding.noise_seed(s), dev))
         for s, c, o in zip(seeds, cfgs, outs, strict=True)
     ]  # fmt: skip
     for m in members:
-        m.out.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(m.cfg, m.out / "config.yaml", resolve=True)
+        save_config(m.cfg, m.out)
     deterministic = bool(prep.cfg.trainer.deterministic)
-    if deterministic and device.type == "cuda":  # as Lightning's deterministic=True (cuBLAS workspace)
-        import os
-
+    if deterministic and dev.type == "cuda":  # as Lightning's deterministic=True (cuBLAS workspace)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic or was_deterministic)
     try:
-        trainer = _Trainer(prep, members, device)
+        trainer = StackedTrainer(prep, members, dev)
         seconds = trainer.fit(progress)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
     results = []
     for m in members:
         mprep = replace(prep, cfg=m.cfg)
-        model = _train.build(mprep, m.seed).to(device)
+        model = setup.build(mprep, m.seed).to(dev)
         best_epoch = None
         if m.diverged_epoch is None and m.ckpt_state is not None:
             model.load_state_dict(m.ckpt_state)
-            best_epoch = m.ckpt_epoch
+            best_epoch = m.monitor.ckpt_epoch
         elif m.final_state is not None:
             model.load_state_dict(m.final_state)
         if m.ckpt_state is not None and m.cfg.save_checkpoint:
-            (m.out / "checkpoints").mkdir(parents=True, exist_ok=True)
-            torch.save(m.ckpt_state, m.out / "checkpoints" / "best.pt")
+            save_state(m.ckpt_state, m.out)
         share = seconds / len(members)
-        result = _train.FitResult(
-            m.epochs, best_epoch, m.diverged_epoch, dict(m.best), share, list(m.history)
-        )
+        result = FitResult(m.epochs, best_epoch, m.diverged_epoch, dict(m.best), share, list(m.history))
         extra = {"vectorized": {"members": len(members), "seeds": seeds, "chunk_train_seconds": seconds,
                                 "train_seconds_note": "train_seconds is this member's share of the chunk"}}  # fmt: skip
-        pl.seed_everything(m.seed, workers=False, verbose=False)  # as kcal.train.run leaves the global RNGs
-        results.append(_train.finalize(mprep, model, result, m.out, m.seed, extra_run_info=extra))
+        pl.seed_everything(m.seed, workers=False, verbose=False)  # as kcal.run.run leaves the global RNGs
+        results.append(finalize(mprep, model, result, m.out, m.seed, extra_run_info=extra))
     return results
