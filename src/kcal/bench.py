@@ -51,6 +51,7 @@ from kcal import seeding
 from kcal.configs import CONFIG_DIR
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
+from kcal.registry import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
 from kcal.run import run
 from kcal.run.artifacts import finalize
 from kcal.run.epoch import ValidationAccumulator
@@ -58,12 +59,6 @@ from kcal.run.module import fit
 from kcal.run.setup import Prepared, build, prepared_from
 from kcal.run.setup import prepare as prepare_run
 
-REGRESSION_DATASETS = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
-CLASSIFICATION_DATASETS = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")
-OBJECTIVES = {
-    "regression": ("nll", "nll_mmd", "nll_mmd_tanh"),
-    "classification": ("xe", "xe_mmce", "xe_kde", "xe_mmd"),
-}
 PAIRS = {"regression": ("nll", "nll_mmd"), "classification": ("xe", "xe_mmd")}
 # datasets whose full files are not in the offline mirror: synthetic data of the paper's shape (n, d)
 SYNTHETIC_SHAPES = {
@@ -446,7 +441,7 @@ def whole_protocol(args, log) -> tuple[list[Estimate], str]:
         if not available(name) and name not in SYNTHETIC_SHAPES:
             log(f"estimate: skip {name} (not available offline, no synthetic shape)")
             continue
-        for obj in OBJECTIVES[task_of(name)]:
+        for obj in PAPER_OBJECTIVES[task_of(name)]:
             estimates.append(estimate_one(name, obj, args.seeds, log, args.estimate_repeats))
     return estimates, format_estimate(estimates, args)
 
@@ -524,7 +519,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.seed_epochs = args.seed_epochs or (2 if q else 20)
     args.seeds_dataset = "crime" if args.seeds_dataset is None else args.seeds_dataset
     args.devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
-    args.estimate_datasets = args.estimate_datasets or list(REGRESSION_DATASETS + CLASSIFICATION_DATASETS)
+    args.estimate_datasets = args.estimate_datasets or [ds for task in TASKS for ds in PAPER_DATASETS[task]]
     return args
 
 

@@ -165,7 +165,8 @@ def evaluate_classification(model, data: DatasetSplits, recalibrator: str, objec
     lv, yv, lt, yt = p["val_logits"], p["val_y"], p["test_logits"], p["test_y"]
     xt = data.test.x.double()
     pv, pt = torch.softmax(lv, -1), torch.softmax(lt, -1)
-    bw_x, bw_y = median_sq_distance(xt), 1.0  # one fixed kernel for every method (the authors' varied by method)
+    # one fixed kernel for every method (the authors' kernel varied by method)
+    bw_x, bw_y = median_sq_distance(xt), 1.0
     out = _prefixed(
         "val",
         {"acc": cm.accuracy(pv, yv), "ece": cm.ece(pv, yv), "nll": torch.nn.functional.cross_entropy(lv, yv)},

@@ -18,17 +18,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
-from kcal.data import PAPER_CLASSIFICATION, PAPER_REGRESSION, get_spec
+from kcal.data import get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.registry import PAPER_DATASETS as DATASETS
+from kcal.registry import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.seeds import collect, run_seeds
 from kcal.sweep import sweep
 
-OBJECTIVES = {
-    "regression": ["nll", "nll_mmd", "nll_mmd_tanh"],
-    "classification": ["xe", "xe_mmce", "xe_kde", "xe_mmd"],
-}
-DATASETS = {"regression": list(PAPER_REGRESSION), "classification": list(PAPER_CLASSIFICATION)}
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
 

@@ -24,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.registry import RESULT_COLUMNS
 from kcal.run import run
 
-TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
+TIDY_COLUMNS = list(RESULT_COLUMNS)
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
     "test/": ("none", "exact"),
     "test_recal/": ("post-hoc", "exact"),

@@ -12,7 +12,7 @@ Command line: ``python -m kcal.figures {run,reproduction,local,all} ...`` (see `
 Everything draws on :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot, no display).
 """
 
-from kcal.figures._common import MissingInputError
+from kcal.figures.common import MissingInputError
 from kcal.figures.local import draw_local_maps, local_map_data
 from kcal.figures.reproduction import aggregate_curves, draw_dce_curves, draw_reproduction, find_runs
 from kcal.figures.run import draw_run_figures

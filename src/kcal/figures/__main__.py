@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from kcal.data import DatasetUnavailableError
-from kcal.figures._common import MissingInputError
+from kcal.figures.common import MissingInputError
 
 DEFAULT_ROOT = Path("outputs/reproduce/full")  # kcal.reproduce: root = outputs/reproduce/<profile>
 

@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig
 
 from kcal.evaluation import median_sq_distance
-from kcal.figures._common import (
+from kcal.figures.common import (
     MissingInputError,
     load_config,
     load_predictions,

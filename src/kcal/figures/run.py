@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from torch.distributions import Normal
 
 from kcal.evaluation import resolve_recalibrator
-from kcal.figures._common import (
+from kcal.figures.common import (
     load_config,
     load_predictions,
     new_figure,

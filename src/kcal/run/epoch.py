@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from kcal.objectives import gaussian_nll
+from kcal.registry import TASKS
 
-TASKS = ("regression", "classification")
 #: validation values with a running best, and which way is better
 BEST_RULES = (("val/loss", min), ("val/nll", min), ("val/acc", max))
 
