@@ -16,6 +16,7 @@ from kcal.models import build_model
 from kcal.objectives import Objective
 from kcal.run import run, setup
 from kcal.run import stacked as V
+from kcal.run import stacked_net as N
 
 from .data.conftest import mirror_has
 
@@ -163,7 +164,7 @@ def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, b
         seeding.init_with_seed(s, lambda: build_model("auto", task, d, m, widths, batchnorm))
         for s in range(k)
     ]
-    net = V.StackedMLP(models)
+    net = N.StackedMLP(models)
     objective = Objective("x", task)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(k, 64, d, generator=gen)
@@ -173,7 +174,7 @@ def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, b
         else torch.randint(0, m, (k, 64), generator=gen)
     )
     torch.func.vmap(objective.base)(net(x), y).sum().backward()
-    total = V.clip_grad_norm_per_member(net.parameters(), 0.5)
+    total = N.clip_grad_norm_per_member(net.parameters(), 0.5)
     for i, model in enumerate(models):
         objective.base(model(x[i]), y[i]).backward()
         assert torch.equal(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5), total[i])
@@ -189,7 +190,7 @@ def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, b
             for i, model in enumerate(models):
                 ref = model.eval()(xv)
                 ref, got = (
-                    (torch.stack(ref), torch.stack(V.member_slice(out_v, i)))
+                    (torch.stack(ref), torch.stack(N.member_slice(out_v, i)))
                     if task == "regression"
                     else (ref, out_v[i])
                 )
@@ -202,7 +203,7 @@ def test_per_member_adam_and_compaction_match_separate_optimisers():
     stacked = [torch.randn(4, *s, generator=gen).requires_grad_() for s in shapes]
     alone = [[p[i].detach().clone().requires_grad_() for p in stacked] for i in range(4)]
     cfg = OmegaConf.create({"trainer": {"lr": 1e-2, "weight_decay": 5e-4}})
-    opt = V.adam(stacked, cfg)
+    opt = N.adam(stacked, cfg)
     opts = [torch.optim.Adam(ps, lr=1e-2, weight_decay=5e-4) for ps in alone]  # what Lightning runs
     keep = [0, 2, 3]
     for step in range(6):
@@ -210,7 +211,7 @@ def test_per_member_adam_and_compaction_match_separate_optimisers():
         if step == 3:  # member 1 stops: drop it from the stack and the optimiser state
             rows = torch.tensor(keep)
             new = [p.detach()[rows].clone().requires_grad_() for p in stacked]
-            opt, stacked = V.compact_optimizer(opt, stacked, new, rows, cfg), new
+            opt, stacked = N.compact_optimizer(opt, stacked, new, rows, cfg), new
         live = keep if step >= 3 else range(4)
         for p, g in zip(stacked, grads, strict=True):
             p.grad = g[list(live)].clone()
@@ -232,7 +233,7 @@ def test_linear_plan_falls_back_per_member_where_bmm_differs():
         w = torch.randn(3, o, d, generator=gen).requires_grad_()
         b = torch.randn(3, o, generator=gen).requires_grad_()
         g = torch.randn(3, 64, o, generator=gen)
-        V.stacked_linear(x, w, b).backward(g)
+        N.stacked_linear(x, w, b).backward(g)
         for i in range(3):
             wi, bi = w[i].detach().clone().requires_grad_(), b[i].detach().clone().requires_grad_()
             F.linear(x[i], wi, bi).backward(g[i])
