@@ -206,13 +206,14 @@ def test_local_maps_on_synthetic_forecasts_of_the_crime_split(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the kcal.train.finalize hook
+# the kcal.run.artifacts.finalize hook
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
 def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tmp_path, monkeypatch, caplog):
     from hydra import compose, initialize_config_dir
 
-    from kcal.train import CONFIG_DIR, run
+    from kcal.configs import CONFIG_DIR
+    from kcal.run import run
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["dataset=crime", "dataset.max_train_rows=128", "trainer.max_epochs=1",
@@ -242,8 +243,8 @@ def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tm
 def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objective(dataset):
     from kcal.data import load
     from kcal.evaluation import median_sq_distance
-    from kcal.figures.local import compose_local_config, resolve_phi_bandwidth
-    from kcal.train import decision_threshold, objective_from_config
+    from kcal.run.local import compose_local_config, resolve_phi_bandwidth
+    from kcal.run.setup import decision_threshold, objective_from_config
 
     cfg = compose_local_config(dataset, "nll_mmd_local")
     assert cfg.objective.params.bandwidth_z == 2.5  # plain `python -m kcal.train` uses this number

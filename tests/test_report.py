@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
+from kcal.configs import CONFIG_DIR
 from kcal.report import GENERATED, check, main, publish
-from kcal.train import CONFIG_DIR
 
 from .data.conftest import mirror_has
 

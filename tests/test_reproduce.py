@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from kcal.train import CONFIG_DIR
+from kcal.configs import CONFIG_DIR
 
 from .data.conftest import mirror_has
 

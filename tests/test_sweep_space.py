@@ -3,9 +3,9 @@
 import pytest
 from hydra import compose, initialize_config_dir
 
+from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
 from kcal.sweep import fit_to_data, search_space, train_rows
-from kcal.train import CONFIG_DIR
 
 
 def sweep_cfg(*overrides):

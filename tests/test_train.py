@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
-from kcal.train import CONFIG_DIR, run
+from kcal.run import run
 
 from .data.conftest import mirror_has
 
@@ -62,6 +63,24 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path):
     assert (tmp_path / "a" / "metrics.json").read_bytes() == (tmp_path / "b" / "metrics.json").read_bytes()
     other = run(cfg_for(*REGRESSION, "objective=nll_mmd", "seed=4"), tmp_path / "c")
     assert other["test/nll"] != json.loads((tmp_path / "a" / "metrics.json").read_text())["test/nll"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[*REGRESSION, "objective=nll_mmd", "seed=2"],
+     [*CLASSIFICATION, "objective=xe", "trainer.monitor=val/acc", "seed=1"]],
+)  # fmt: skip
+def test_a_run_that_keeps_its_best_weights_in_memory_gives_the_same_results(overrides, tmp_path):
+    """Sweep trials skip the checkpoint file and Lightning's CSV log; nothing they report changes."""
+    full = cfg_for(*overrides, "trainer.max_epochs=5", "trainer.patience=2")
+    lean = cfg_for(*overrides, "trainer.max_epochs=5", "trainer.patience=2")
+    lean.save_checkpoint, lean.trainer.csv_log = False, False
+    run(full, tmp_path / "full")
+    run(lean, tmp_path / "lean")
+    for name in ("metrics.json", "history.csv"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "lean" / name).read_bytes(), name
+    assert (tmp_path / "full" / "checkpoints" / "best.ckpt").is_file()
+    assert not (tmp_path / "lean" / "checkpoints").exists() and not (tmp_path / "lean" / "csv").exists()
 
 
 def test_a_diverging_loss_ends_the_run_with_status_diverged(tmp_path):

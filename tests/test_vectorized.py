@@ -1,4 +1,4 @@
-"""kcal.vectorized: K seeds trained as one batched model equal K single ``kcal.train.run`` calls."""
+"""kcal.run.stacked: K seeds trained as one batched model equal K single ``kcal.run.run`` calls."""
 
 import csv
 import json
@@ -11,10 +11,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from kcal import seeding
-from kcal import train as T
-from kcal import vectorized as V
+from kcal.configs import CONFIG_DIR
 from kcal.models import build_model
 from kcal.objectives import Objective
+from kcal.run import run, setup
+from kcal.run import stacked as V
+from kcal.run import stacked_net as N
 
 from .data.conftest import mirror_has
 
@@ -29,7 +31,7 @@ SEEDS = [0, 1, 2]
 
 
 def cfg_for(*overrides):
-    with initialize_config_dir(config_dir=T.CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("train", overrides=[*SMALL, *overrides])
 
 
@@ -50,9 +52,9 @@ def history(path):
 
 
 def check_equivalent(cfg, tmp_path, seeds=SEEDS, chunk_size=None):
-    """run_seeds over ``seeds`` equals separate kcal.train.run calls; returns both metrics lists."""
+    """run_seeds over ``seeds`` equals separate kcal.run.run calls; returns both metrics lists."""
     vec = V.run_seeds(cfg, seeds, [tmp_path / f"v{s}" for s in seeds], chunk_size=chunk_size, progress=False)
-    single = [T.run(V.member_config(cfg, s), tmp_path / f"s{s}") for s in seeds]
+    single = [run(V.member_config(cfg, s), tmp_path / f"s{s}") for s in seeds]
     for s, a, b in zip(seeds, vec, single, strict=True):
         assert a.keys() == b.keys(), set(a) ^ set(b)
         assert (
@@ -124,7 +126,7 @@ def test_xe_with_batchnorm_on_breast_cancer(tmp_path):
 
 @needs_data
 def test_a_diverging_member_does_not_change_the_others(tmp_path, monkeypatch):
-    real_build = T.build
+    real_build = setup.build
 
     def build(prep, seed):  # seed 1 starts with a blown-up head: its loss is non-finite from the first step
         model = real_build(prep, seed)
@@ -133,20 +135,20 @@ def test_a_diverging_member_does_not_change_the_others(tmp_path, monkeypatch):
                 model.head.weight.mul_(1e30)
         return model
 
-    monkeypatch.setattr(T, "build", build)
+    monkeypatch.setattr(setup, "build", build)
     cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=4", "trainer.min_epochs=2",
                   "trainer.gradient_clip_val=null")  # fmt: skip
     vec, single = check_equivalent(cfg, tmp_path)  # the diverged member too: same status, same epoch
     assert [m["status"] for m in vec] == ["ok", "diverged", "ok"]
     assert vec[1]["epochs"] == 2 and vec[0]["epochs"] == 4  # the NaN member trained to min_epochs, alone
-    monkeypatch.setattr(T, "build", real_build)
+    monkeypatch.setattr(setup, "build", real_build)
     healthy = V.run_seeds(cfg, [0, 2], [tmp_path / "h0", tmp_path / "h2"], progress=False)
     assert [numbers(m) for m in healthy] == [numbers(vec[0]), numbers(vec[2])]  # bit for bit
 
 
 def test_clean_protocol_falls_back_to_sequential_runs(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(T, "run", lambda cfg, out: calls.append((cfg.seed, out)) or {"seed": cfg.seed})
+    monkeypatch.setattr(V, "run", lambda cfg, out: calls.append((cfg.seed, out)) or {"seed": cfg.seed})
     cfg = cfg_for("dataset=crime", "dataset.protocol=clean")
     out = V.run_seeds(cfg, [3, 4], [tmp_path / "a", tmp_path / "b"], progress=False)
     assert out == [{"seed": 3}, {"seed": 4}] and calls == [(3, tmp_path / "a"), (4, tmp_path / "b")]
@@ -162,7 +164,7 @@ def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, b
         seeding.init_with_seed(s, lambda: build_model("auto", task, d, m, widths, batchnorm))
         for s in range(k)
     ]
-    net = V.StackedMLP(models)
+    net = N.StackedMLP(models)
     objective = Objective("x", task)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(k, 64, d, generator=gen)
@@ -172,7 +174,7 @@ def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, b
         else torch.randint(0, m, (k, 64), generator=gen)
     )
     torch.func.vmap(objective.base)(net(x), y).sum().backward()
-    total = V.clip_grad_norm_per_member(net.parameters(), 0.5)
+    total = N.clip_grad_norm_per_member(net.parameters(), 0.5)
     for i, model in enumerate(models):
         objective.base(model(x[i]), y[i]).backward()
         assert torch.equal(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5), total[i])
@@ -188,7 +190,7 @@ def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, b
             for i, model in enumerate(models):
                 ref = model.eval()(xv)
                 ref, got = (
-                    (torch.stack(ref), torch.stack(V._slice(out_v, i)))
+                    (torch.stack(ref), torch.stack(N.member_slice(out_v, i)))
                     if task == "regression"
                     else (ref, out_v[i])
                 )
@@ -201,7 +203,7 @@ def test_per_member_adam_and_compaction_match_separate_optimisers():
     stacked = [torch.randn(4, *s, generator=gen).requires_grad_() for s in shapes]
     alone = [[p[i].detach().clone().requires_grad_() for p in stacked] for i in range(4)]
     cfg = OmegaConf.create({"trainer": {"lr": 1e-2, "weight_decay": 5e-4}})
-    opt = V._adam(stacked, cfg)
+    opt = N.adam(stacked, cfg)
     opts = [torch.optim.Adam(ps, lr=1e-2, weight_decay=5e-4) for ps in alone]  # what Lightning runs
     keep = [0, 2, 3]
     for step in range(6):
@@ -209,7 +211,7 @@ def test_per_member_adam_and_compaction_match_separate_optimisers():
         if step == 3:  # member 1 stops: drop it from the stack and the optimiser state
             rows = torch.tensor(keep)
             new = [p.detach()[rows].clone().requires_grad_() for p in stacked]
-            opt, stacked = V._compact_optimizer(opt, stacked, new, rows, cfg), new
+            opt, stacked = N.compact_optimizer(opt, stacked, new, rows, cfg), new
         live = keep if step >= 3 else range(4)
         for p, g in zip(stacked, grads, strict=True):
             p.grad = g[list(live)].clone()
@@ -231,7 +233,7 @@ def test_linear_plan_falls_back_per_member_where_bmm_differs():
         w = torch.randn(3, o, d, generator=gen).requires_grad_()
         b = torch.randn(3, o, generator=gen).requires_grad_()
         g = torch.randn(3, 64, o, generator=gen)
-        V.stacked_linear(x, w, b).backward(g)
+        N.stacked_linear(x, w, b).backward(g)
         for i in range(3):
             wi, bi = w[i].detach().clone().requires_grad_(), b[i].detach().clone().requires_grad_()
             F.linear(x[i], wi, bi).backward(g[i])

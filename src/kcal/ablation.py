@@ -21,10 +21,10 @@ import hydra
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
 from kcal.seeds import aggregate, best_config, train_seeds
 from kcal.sweep import apply
-from kcal.train import CONFIG_DIR
 
 
 def ablation_dir(cfg: DictConfig) -> Path:
@@ -96,7 +96,7 @@ def draw(table: pd.DataFrame, key: str, metrics: list[str], stem: Path, title: s
     plt.close(fig)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="ablation")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="ablation")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
     table = run_ablation(cfg)

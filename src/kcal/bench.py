@@ -9,12 +9,12 @@ Measured in one process, side by side; every timing is repeated ``--repeats`` ti
 reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estimate.md``) under ``--out``
 (default ``outputs/bench``).
 
-* ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.train.fit``, Lightning) with the base
+* ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.run.module.fit``, Lightning) with the base
   loss vs base + MMD (``nll`` vs ``nll_mmd`` on regression, ``xe`` vs ``xe_mmd`` on classification).
   Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off.
 * ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
   batches (``TensorBatches``), objective, Adam, clipping and validation.
-* ``seeds``: S seeds of ``run_seeds`` (vectorised) vs S sequential ``kcal.train.run`` calls vs one run, fixed
+* ``seeds``: S seeds of ``run_seeds`` (vectorised) vs S sequential ``kcal.run.run`` calls vs one run, fixed
   epochs (early stopping off), wall time including evaluation and writing; also the training part alone.
 
 All runs use ``trainer.log_dce=false`` and ``figures=false`` (the per-epoch DCE curves and the per-run
@@ -48,17 +48,17 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from kcal import seeding
-from kcal import train as T
+from kcal.configs import CONFIG_DIR
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
-from kcal.objectives import gaussian_nll
+from kcal.registry import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
+from kcal.run import run
+from kcal.run.artifacts import finalize
+from kcal.run.epoch import ValidationAccumulator
+from kcal.run.module import fit
+from kcal.run.setup import Prepared, build, prepared_from
+from kcal.run.setup import prepare as prepare_run
 
-REGRESSION_DATASETS = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
-CLASSIFICATION_DATASETS = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")
-OBJECTIVES = {
-    "regression": ("nll", "nll_mmd", "nll_mmd_tanh"),
-    "classification": ("xe", "xe_mmce", "xe_kde", "xe_mmd"),
-}
 PAIRS = {"regression": ("nll", "nll_mmd"), "classification": ("xe", "xe_mmd")}
 # datasets whose full files are not in the offline mirror: synthetic data of the paper's shape (n, d)
 SYNTHETIC_SHAPES = {
@@ -73,7 +73,7 @@ BASE = [
     "save_checkpoint=false",
     "trainer.min_epochs=0",
 ]
-NO_FIGURES = ["++figures=false"]  # per-run matplotlib figures (train.finalize) are not training
+NO_FIGURES = ["++figures=false"]  # per-run matplotlib figures (kcal.run.artifacts) are not training
 
 
 # ------------------------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def compose_cfg(*overrides: str, protocol_defaults: bool = False) -> DictConfig:
     """The train config with ``overrides``; diagnostics off unless ``protocol_defaults`` (then only the
     progress bar is off: the configuration exactly as the reproduction runs it)."""
     base = ["trainer.progress_bar=false"] if protocol_defaults else [*BASE, *NO_FIGURES]
-    with initialize_config_dir(config_dir=T.CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("train", overrides=[*base, *overrides])
 
 
@@ -132,17 +132,14 @@ def synthetic(name: str, seed: int = 0) -> DatasetSplits:
     return DatasetSplits(Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]), info)
 
 
-def prepare(cfg: DictConfig) -> T.Prepared:
-    """``kcal.train.prepare``, or the same on synthetic data for a dataset absent offline."""
+def prepare(cfg: DictConfig) -> Prepared:
+    """``kcal.run.setup.prepare``, or the same on synthetic data for a dataset absent offline."""
     try:
-        return T.prepare(cfg)
+        return prepare_run(cfg)
     except Exception:
         if cfg.dataset.name not in SYNTHETIC_SHAPES:
             raise
-    data = synthetic(cfg.dataset.name)
-    T.validate(cfg, data)
-    threshold = T.decision_threshold(cfg, data)
-    return T.Prepared(cfg, data, T.objective_from_config(cfg, data, threshold), threshold)
+    return prepared_from(cfg, synthetic(cfg.dataset.name))
 
 
 def available(name: str) -> bool:
@@ -187,24 +184,24 @@ class Row:
 # ------------------------------------------------------------------------------------------------
 # measurements
 # ------------------------------------------------------------------------------------------------
-def fixed_epochs(prep: T.Prepared, epochs: int) -> T.Prepared:
+def fixed_epochs(prep: Prepared, epochs: int) -> Prepared:
     """``prep`` with exactly ``epochs`` epochs (min = max, patience beyond reach)."""
     cfg = copy.deepcopy(prep.cfg)
     cfg.trainer.max_epochs, cfg.trainer.min_epochs, cfg.trainer.patience = epochs, epochs, epochs + 1000
     return replace(prep, cfg=cfg)
 
 
-def fit_seconds(prep: T.Prepared, epochs: int) -> float:
-    """Wall time of ``kcal.train.fit`` (Lightning) for exactly ``epochs`` epochs."""
+def fit_seconds(prep: Prepared, epochs: int) -> float:
+    """Wall time of ``kcal.run.module.fit`` (Lightning) for exactly ``epochs`` epochs."""
     p = fixed_epochs(prep, epochs)
-    model = T.build(p, p.cfg.seed)
+    model = build(p, p.cfg.seed)
     with tempfile.TemporaryDirectory() as d, quiet():
         t0 = time.perf_counter()
-        T.fit(p, model, Path(d))
+        fit(p, model, Path(d))
         return time.perf_counter() - t0
 
 
-def lightning_epoch_seconds(prep: T.Prepared, epochs: tuple[int, int], repeats: int) -> tuple[float, float]:
+def lightning_epoch_seconds(prep: Prepared, epochs: tuple[int, int], repeats: int) -> tuple[float, float]:
     """(median seconds per epoch excluding setup, median setup seconds) from fits of e1 and e2 epochs."""
     e1, e2 = epochs
     per_epoch, setup = [], []
@@ -218,12 +215,12 @@ def lightning_epoch_seconds(prep: T.Prepared, epochs: tuple[int, int], repeats: 
     return statistics.median(per_epoch), statistics.median(setup)
 
 
-def bare_loop_epoch_seconds(prep: T.Prepared, epochs: int, device: torch.device) -> float:
-    """Median seconds per epoch of a minimal torch loop doing the same work as ``kcal.train.fit``: the same
+def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -> float:
+    """Median seconds per epoch of a minimal torch loop doing the same work as ``kcal.run.module.fit``: the same
     model, batches, objective (with its noise stream), Adam, clipping, and per-epoch validation (objective
-    on ``eval_batch_size`` chunks and the whole-split NLL)."""
+    on ``eval_batch_size`` chunks and the whole-split metrics of :class:`kcal.run.epoch.ValidationAccumulator`)."""
     cfg, obj = prep.cfg, prep.objective
-    model = T.build(prep, cfg.seed).to(device)
+    model = build(prep, cfg.seed).to(device)
     train, val = prep.data.train.to(device), prep.data.val.to(device)
     batches = TensorBatches(train.x, train.y, cfg.trainer.batch_size, shuffle=True, drop_last=True,
                             seed=seeding.shuffle_seed(cfg.seed))  # fmt: skip
@@ -244,28 +241,21 @@ def bare_loop_epoch_seconds(prep: T.Prepared, epochs: int, device: torch.device)
         model.eval()
         with torch.no_grad():
             gen = seeding.generator(seeding.eval_seed(cfg.seed), device)
-            total, outs = 0.0, []
+            acc = ValidationAccumulator(prep.task)
             for s in range(0, len(val), cfg.trainer.eval_batch_size):
                 x, y = val.x[s : s + cfg.trainer.eval_batch_size], val.y[s : s + cfg.trainer.eval_batch_size]
                 out = model(x)
-                loss = obj(out, x, y, generator=gen)[0] if x.shape[0] >= 2 else obj.base(out, y)
-                total = total + loss * x.shape[0]
-                outs.append(out)
-            if prep.task == "regression":
-                mean, std = (torch.cat(parts) for parts in zip(*outs, strict=True))
-                val_nll = gaussian_nll(mean, std, val.y)
-            else:
-                val_nll = torch.nn.functional.cross_entropy(torch.cat(outs), val.y)
-            float(total / len(val)), float(val_nll)  # one host sync, as the Lightning module
+                acc.update(out, y, obj(out, x, y, generator=gen)[0] if x.shape[0] >= 2 else obj.base(out, y))
+            {k: float(v) for k, v in acc.compute().items()}  # host syncs, as the Lightning module
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:] if len(times) > 1 else times)
 
 
 def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:
-    """(wall seconds, training seconds) of one ``kcal.train.run``."""
+    """(wall seconds, training seconds) of one ``kcal.run.run``."""
     with quiet():
         t0 = time.perf_counter()
-        T.run(cfg, out)
+        run(cfg, out)
         wall = time.perf_counter() - t0
     import json
 
@@ -276,7 +266,7 @@ def run_vectorized(cfg: DictConfig, seeds: list[int], root: Path) -> tuple[float
     """(wall seconds, training seconds) of ``run_seeds`` over ``seeds``."""
     import json
 
-    from kcal.vectorized import run_seeds
+    from kcal.run import run_seeds
 
     with quiet():
         t0 = time.perf_counter()
@@ -315,7 +305,7 @@ def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
                                 "s/epoch, validation included, log_dce off"))  # fmt: skip
         rows.append(Row(device, "mmd_overhead", name, f"{base_obj} vs {mmd_obj}", base_obj, per[base_obj], mmd_obj,
                         per[mmd_obj], per[mmd_obj] / per[base_obj], TARGETS["mmd_overhead"], args.repeats,
-                        "s/epoch (kcal.train.fit), validation included"))  # fmt: skip
+                        "s/epoch (kcal.run.module.fit), validation included"))  # fmt: skip
     if args.seeds_dataset and (available(args.seeds_dataset) or args.seeds_dataset in SYNTHETIC_SHAPES):
         rows += bench_seeds(device, acc, small, args, log)
     return rows
@@ -330,7 +320,7 @@ def bench_seeds(device: str, acc: list[str], small: list[str], args, log) -> lis
         seeds = list(range(n))
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
-            from kcal.vectorized import member_config
+            from kcal.run.stacked import member_config
 
             singles = [run_single(member_config(cfg, s), root / f"single{s}") for s in seeds]
             seq_wall = sum(w for w, _ in singles)
@@ -414,7 +404,7 @@ class Estimate:
 
 
 def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Estimate:
-    from kcal.vectorized import Member, _Trainer
+    from kcal.run.stacked import Member, StackedTrainer
 
     # as the protocol runs it: the config's defaults (per-epoch DCE curves and per-run figures included)
     cfg = compose_cfg(
@@ -424,16 +414,16 @@ def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Esti
     prep = prepare(cfg)
     prep_s = time.perf_counter() - t0
     per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), repeats)
-    model = T.build(prep, 0)
+    model = build(prep, 0)
     with tempfile.TemporaryDirectory() as d, quiet():
         p = fixed_epochs(prep, 1)
-        module, result = T.fit(p, model, Path(d))
+        fitted, result = fit(p, model, Path(d))
         t0 = time.perf_counter()
-        T.finalize(p, module.model, result, Path(d), 0)
+        finalize(p, fitted.model, result, Path(d), 0)
         finalize_s = time.perf_counter() - t0
     members = [Member(seed=s, cfg=cfg, out=Path("."), shuffle=torch.Generator().manual_seed(s),
                       noise=seeding.generator(seeding.noise_seed(s))) for s in range(seeds)]  # fmt: skip
-    trainer = _Trainer(prep, members, torch.device("cpu"))
+    trainer = StackedTrainer(prep, members, torch.device("cpu"))
     t0 = time.perf_counter()
     trainer.train_epoch()
     trainer.validate()
@@ -451,7 +441,7 @@ def whole_protocol(args, log) -> tuple[list[Estimate], str]:
         if not available(name) and name not in SYNTHETIC_SHAPES:
             log(f"estimate: skip {name} (not available offline, no synthetic shape)")
             continue
-        for obj in OBJECTIVES[task_of(name)]:
+        for obj in PAPER_OBJECTIVES[task_of(name)]:
             estimates.append(estimate_one(name, obj, args.seeds, log, args.estimate_repeats))
     return estimates, format_estimate(estimates, args)
 
@@ -529,7 +519,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.seed_epochs = args.seed_epochs or (2 if q else 20)
     args.seeds_dataset = "crime" if args.seeds_dataset is None else args.seeds_dataset
     args.devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
-    args.estimate_datasets = args.estimate_datasets or list(REGRESSION_DATASETS + CLASSIFICATION_DATASETS)
+    args.estimate_datasets = args.estimate_datasets or [ds for task in TASKS for ds in PAPER_DATASETS[task]]
     return args
 
 

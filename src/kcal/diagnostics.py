@@ -3,7 +3,7 @@
 ``dce`` is the exact decision calibration error on the whole split
 (:func:`kcal.metrics.regression.dce`); ``dce_official`` is the authors' training/validation-curve
 definition, the mean over 128-row batches of the per-batch sqrt(sum_a gap^2) with 10 samples per
-forecast (reference §4.2, last paragraph). Samples come from a generator re-seeded each epoch, so the
+forecast (the authors' ``train/dcal``/``val/dcal`` logs). Samples come from a generator re-seeded each epoch, so the
 curves change only through the weights.
 """
 

@@ -32,17 +32,6 @@ REGULARIZERS = {"regression": (None, "mmd"), "classification": (None, "mmd", "mm
 TASKS = ("regression", "classification")
 
 
-def gaussian_nll(
-    mean: torch.Tensor, std: torch.Tensor, y: torch.Tensor, reduction: str = "mean"
-) -> torch.Tensor:
-    """Deprecated alias of ``kcal.metrics.regression.gaussian_nll((mean, std), y, reduction)``.
-
-    Kept so that existing callers (the Lightning module, the stacked trainer, the benchmark) keep
-    working; new code imports the metric.
-    """
-    return regression_metrics.gaussian_nll((mean, std), y, reduction)
-
-
 @dataclass
 class Objective:
     name: str

@@ -17,18 +17,15 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from kcal.data import PAPER_CLASSIFICATION, PAPER_REGRESSION, get_spec
+from kcal.configs import CONFIG_PATH
+from kcal.data import get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.registry import PAPER_DATASETS as DATASETS
+from kcal.registry import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.seeds import collect, run_seeds
 from kcal.sweep import sweep
-from kcal.train import CONFIG_DIR
 
-OBJECTIVES = {
-    "regression": ["nll", "nll_mmd", "nll_mmd_tanh"],
-    "classification": ["xe", "xe_mmce", "xe_kde", "xe_mmd"],
-}
-DATASETS = {"regression": list(PAPER_REGRESSION), "classification": list(PAPER_CLASSIFICATION)}
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
 
@@ -94,7 +91,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     return results_csv
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="reproduce")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="reproduce")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
     user = [o for o in HydraConfig.get().overrides.task if not o.startswith(OWN_KEYS)]

@@ -22,10 +22,12 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
-from kcal.train import CONFIG_DIR, run
+from kcal.registry import RESULT_COLUMNS
+from kcal.run import run
 
-TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
+TIDY_COLUMNS = list(RESULT_COLUMNS)
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
     "test/": ("none", "exact"),
     "test_recal/": ("post-hoc", "exact"),
@@ -87,7 +89,7 @@ def run_seeds(cfg: DictConfig) -> pd.DataFrame:
 
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
     if cfg.seeds_run.vectorized:  # kcal.vectorized itself falls back to single runs under protocol=clean
-        from kcal.vectorized import run_seeds as run_vectorized
+        from kcal.run.stacked import run_seeds as run_vectorized
 
         size = int(cfg.seeds_run.chunk_size)
         for i in range(0, len(seeds), size):
@@ -144,7 +146,7 @@ def collect(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="seeds")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="seeds")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
     summary = run_seeds(cfg)

@@ -35,9 +35,10 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 from tqdm.auto import tqdm
 
+from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.errors import ConfigError, exits_on_config_error
-from kcal.train import CONFIG_DIR, run
+from kcal.run import run
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
 NOT_COUNTED = ("stale", "surplus")
@@ -185,6 +186,8 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     trial_cfg.trainer.progress_bar = False
     trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
     trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
+    trial_cfg.trainer.csv_log = False  # Lightning's csv/metrics.csv repeats history.csv
+    trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
     trial.set_user_attr("run_dir", str(out))
     try:
         metrics = run(trial_cfg, out)
@@ -271,7 +274,7 @@ def _best_value(study: optuna.Study):
         return None
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="sweep")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="sweep")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
     study = sweep(cfg)

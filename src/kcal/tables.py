@@ -50,15 +50,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-RESULT_COLUMNS = ("dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n")
+from kcal.registry import PAPER_DATASETS, RESULT_COLUMNS
+
 FLAVOURS = ("exact", "official")
 FLAVOUR_LABEL = {"exact": "exact", "official": "official-compatible"}
 FLAVOUR_CAPTION = {
     "exact": "exact metric definitions",
     "official": "official-compatible metrics (the authors' implementation conventions)",
 }
-REGRESSION = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
-CLASSIFICATION = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")
+REGRESSION, CLASSIFICATION = PAPER_DATASETS["regression"], PAPER_DATASETS["classification"]
 SAMPLE_SIZES = (1, 2, 5, 10, 20, 50, 100, 200)
 METRIC_ALIASES = {"accuracy": "acc"}
 MISSING_TEX = "---"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kcal.data.dataset import _parsed
+from kcal.data.dataset import parsed_arrays
 from kcal.data.registry import dataset_names, get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, mirror_dir
 
@@ -20,7 +20,7 @@ def rows(download: bool = False) -> list[dict]:
         row = {"name": name, "task": spec.task, "n raw": "-", "n used": "-", "d": spec.d,
                "m": spec.m if spec.m else "-", "found": "", "checksum": ""}  # fmt: skip
         try:
-            x, y, n_raw, sources = _parsed(name, download=download)
+            x, y, n_raw, sources = parsed_arrays(name, download=download)
             origins = sorted({s.split(":", 1)[0] for s in sources.values()})
             row.update({"n raw": n_raw, "n used": len(y), "d": x.shape[1], "found": "+".join(origins),
                         "checksum": "ok"})  # fmt: skip

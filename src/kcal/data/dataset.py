@@ -54,8 +54,9 @@ class DatasetSplits:
     info: DatasetInfo
 
 
-def _parsed(name: str, download: bool) -> tuple[np.ndarray, np.ndarray, int, dict[str, str]]:
-    """Parse the raw files once and cache the arrays, keyed by the raw files' digests."""
+def parsed_arrays(name: str, download: bool) -> tuple[np.ndarray, np.ndarray, int, dict[str, str]]:
+    """(x, y, raw row count, sources) of dataset ``name``, unnormalised and unsplit, in the raw files' row
+    order. Parsed once and cached, keyed by the raw files' digests."""
     spec = get_spec(name)
     found = locate(spec, download=download)
     key = hashlib.sha256(
@@ -87,7 +88,7 @@ def load(name: str, protocol: str = "official", seed: int = 0, download: bool = 
     """
     check_protocol(protocol)
     spec = get_spec(name)
-    x, y, n_raw, sources = _parsed(name, download)
+    x, y, n_raw, sources = parsed_arrays(name, download)
     regression = not spec.is_classification
     split_seed = OFFICIAL_SPLIT_SEED if protocol == "official" else seed
     idx_train, idx_val, idx_test = (i.numpy() for i in split_indices(len(y), split_seed))

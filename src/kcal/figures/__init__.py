@@ -1,18 +1,19 @@
 """Figures a reader looks at (matplotlib only; PNG and PDF), redrawn from existing results.
 
-* per run (:func:`draw_run_figures`, called by :func:`kcal.train.finalize` when ``figures: true``):
+* per run (:func:`draw_run_figures`, called by :func:`kcal.run.artifacts.finalize` when ``figures: true``):
   PIT histogram + quantile calibration curve (regression) or reliability diagram (classification),
   before and after post-hoc recalibration, into ``<run_dir>/figures/``;
 * over a reproduction root (:func:`draw_reproduction`): DCE vs epoch on train/validation (paper Figures
   3 and 4) and per-dataset calibration comparisons, into ``<root>/figures/``;
-* local calibration maps (:func:`draw_local_maps`, :func:`train_local`; paper §6.3 / Figure 2).
+* local calibration maps (:func:`draw_local_maps`, from runs that :func:`kcal.run.local.train_local`
+  trains; paper §6.3 / Figure 2).
 
 Command line: ``python -m kcal.figures {run,reproduction,local,all} ...`` (see ``--help``).
 Everything draws on :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot, no display).
 """
 
-from kcal.figures._common import MissingInputError
-from kcal.figures.local import draw_local_maps, local_map_data, train_local
+from kcal.figures.common import MissingInputError
+from kcal.figures.local import draw_local_maps, local_map_data
 from kcal.figures.reproduction import aggregate_curves, draw_dce_curves, draw_reproduction, find_runs
 from kcal.figures.run import draw_run_figures
 
@@ -25,5 +26,4 @@ __all__ = [
     "draw_run_figures",
     "find_runs",
     "local_map_data",
-    "train_local",
 ]

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from kcal.data import DatasetUnavailableError
-from kcal.figures._common import MissingInputError
+from kcal.figures.common import MissingInputError
 
 DEFAULT_ROOT = Path("outputs/reproduce/full")  # kcal.reproduce: root = outputs/reproduce/<profile>
 
@@ -50,7 +50,8 @@ def _cmd_reproduction(args) -> int:
 
 
 def _cmd_local(args) -> int:
-    from kcal.figures.local import draw_local_maps, train_local
+    from kcal.figures.local import draw_local_maps
+    from kcal.run.local import train_local
 
     if args.train:
         train_local(args.datasets, args.root, seed=args.seed, overrides=args.override or ())
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_reproduction)
     loc = sub.add_parser("local", help="local calibration (LCE) maps; --train trains the runs first")
     loc.add_argument(
-        "--train", action="store_true", help="train NLL and NLL + MMD (local) first (kcal.train.run)"
+        "--train", action="store_true", help="train NLL and NLL + MMD (local) first (kcal.run.run)"
     )
     loc.add_argument("--datasets", nargs="+", default=list(LOCAL_DATASETS), choices=list(LOCAL_DATASETS))
     loc.add_argument("--root", type=Path, default=LOCAL_ROOT, help=f"default {LOCAL_ROOT}")

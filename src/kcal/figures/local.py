@@ -1,8 +1,8 @@
 """Local calibration maps (paper §6.3, Figure 2): LCE_total per location, NLL vs NLL + MMD (local).
 
 Runs live in ``<root>/<dataset>/<objective>/`` (``root`` defaults to ``outputs/local_calibration``),
-one :func:`kcal.train.run` output each, objectives ``nll`` and ``nll_mmd_local``
-(``configs/experiment/local_calibration.yaml``). :func:`train_local` produces them;
+one :func:`kcal.run.run` output each, objectives ``nll`` and ``nll_mmd_local``
+(``kcal/configs/experiment/local_calibration.yaml``). :func:`kcal.run.local.train_local` produces them;
 :func:`draw_local_maps` redraws from them into ``<root>/figures/``:
 
 * ``lce_<dataset>.{png,pdf}``: the test split's locations on a longitude/latitude scatter coloured by
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from kcal.evaluation import median_sq_distance
-from kcal.figures._common import (
+from kcal.figures.common import (
     MissingInputError,
     load_config,
     load_predictions,
@@ -72,74 +72,15 @@ def train_command(datasets) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# training
-# ---------------------------------------------------------------------------------------------------------
-def compose_local_config(dataset: str, objective: str, seed: int = 0, overrides=()) -> DictConfig:
-    """``configs/train.yaml`` with ``experiment=local_calibration`` and the dataset's defaults."""
-    from hydra import compose, initialize_config_dir
-
-    from kcal.train import CONFIG_DIR
-
-    extra = LOCAL_DATASETS.get(dataset, {}).get("overrides", [])
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("train", overrides=["experiment=local_calibration", f"dataset={dataset}",
-                                           f"objective={objective}", f"seed={seed}", "trainer.progress_bar=false",
-                                           "save_checkpoint=false", *extra, *overrides])  # fmt: skip
-
-
-def resolve_phi_bandwidth(cfg: DictConfig) -> DictConfig:
-    """Resolve ``objective.bandwidth_z_phi`` into ``objective.params.bandwidth_z``: ``median`` = the median
-    squared distance between phi(x_train) rows (``kcal.train`` would take it over all features)."""
-    rule = cfg.objective.get("bandwidth_z_phi")
-    if rule is None:
-        return cfg
-    if rule == "median":
-        from kcal.data import load
-        from kcal.train import subsample
-
-        data = subsample(
-            load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows
-        )
-        value = median_sq_distance(data.train.x[:, list(cfg.objective.params.features)])
-    else:
-        value = float(rule)
-    with open_dict(cfg):
-        cfg.objective.params.bandwidth_z = float(value)
-    return cfg
-
-
-def train_local(datasets=tuple(LOCAL_DATASETS), root: Path = LOCAL_ROOT, seed: int = 0, overrides=(),
-                objectives=LOCAL_OBJECTIVES, log=print) -> dict[str, dict[str, dict]]:  # fmt: skip
-    """Train every (dataset, objective) into ``root/<dataset>/<objective>/``; return their metrics."""
-    from kcal.train import run
-
-    results: dict[str, dict[str, dict]] = {}
-    for ds in datasets:
-        for obj in objectives:
-            cfg = resolve_phi_bandwidth(compose_local_config(ds, obj, seed, overrides))
-            out = Path(root) / ds / obj
-            bw = cfg.objective.params.get("bandwidth_z")
-            log(
-                f"training {ds} / {obj} -> {out}"
-                + (f" (bandwidth_z on phi(x) = {bw:.4g})" if obj != "nll" else "")
-            )
-            metrics = run(cfg, out)
-            log(f"  status={metrics['status']} epochs={metrics['epochs']} test/nll={metrics.get('test/nll', float('nan')):.4g} "
-                f"test/qce={metrics.get('test/qce', float('nan')):.4g}")  # fmt: skip
-            results.setdefault(ds, {})[obj] = metrics
-    return results
-
-
-# ---------------------------------------------------------------------------------------------------------
 # LCE per location
 # ---------------------------------------------------------------------------------------------------------
 def _raw_coords(cfg: DictConfig, info, idx_cols: tuple[int, int]) -> np.ndarray | None:
     """Unstandardised (lon, lat) of the test rows, or None if the raw arrays are unavailable."""
     try:
-        from kcal.data.dataset import _parsed
+        from kcal.data.dataset import parsed_arrays
         from kcal.data.splits import split_indices
 
-        x, y, _, _ = _parsed(cfg.dataset.name, download=False)
+        x, y, _, _ = parsed_arrays(cfg.dataset.name, download=False)
         test_idx = split_indices(len(y), info.split_seed)[2].numpy()
         return x[test_idx][:, list(idx_cols)].astype(np.float64)
     except Exception:
@@ -256,5 +197,5 @@ def draw_local_maps(root: Path = LOCAL_ROOT, datasets=tuple(LOCAL_DATASETS), ban
     return [*paths, summary_path], summary
 
 
-__all__ = ["LOCAL_DATASETS", "LOCAL_OBJECTIVES", "LOCAL_ROOT", "compose_local_config", "draw_local_map",
-           "draw_local_maps", "local_map_data", "resolve_phi_bandwidth", "train_local"]  # fmt: skip
+__all__ = ["LOCAL_DATASETS", "LOCAL_OBJECTIVES", "LOCAL_ROOT", "draw_local_map", "draw_local_maps", "local_map_data",
+           "train_command"]  # fmt: skip

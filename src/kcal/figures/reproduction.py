@@ -1,5 +1,5 @@
 """Figures over a reproduction root laid out as ``<root>/<dataset>/<objective>/seeds/seed<k>/``
-(each seed directory a :func:`kcal.train.run` output: history.csv, metrics.json, predictions.npz,
+(each seed directory a :func:`kcal.run.run` output: history.csv, metrics.json, predictions.npz,
 config.yaml). Written to ``<root>/figures/``:
 
 * ``dce_<dataset>.{png,pdf,csv}`` (paper Figures 3 and 4): decision calibration error vs epoch on the
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kcal.figures._common import (
+from kcal.figures.common import (
     COLORS,
     LINESTYLES,
     MissingInputError,
@@ -46,8 +46,9 @@ from kcal.figures.run import (
     quantile_curve,
     regression_calibration,
 )
+from kcal.registry import PAPER_OBJECTIVES
 
-DCE_OBJECTIVES = ("nll", "nll_mmd", "nll_mmd_tanh")
+DCE_OBJECTIVES = PAPER_OBJECTIVES["regression"]
 DCE_METRICS = {"dce": "exact DCE (whole split)", "dce_official": "DCE, authors' curve (128-row batches)"}
 SPLITS = {"train": "train split", "val": "validation split"}
 PRODUCER = (

@@ -1,4 +1,4 @@
-"""Per-run figures from ``config.yaml`` + ``predictions.npz`` (written by :func:`kcal.train.finalize`).
+"""Per-run figures from ``config.yaml`` + ``predictions.npz`` (written by :func:`kcal.run.artifacts.finalize`).
 
 * regression -> ``figures/calibration.{png,pdf}``: the PIT histogram and the quantile calibration curve
   (expected quantile level p vs the observed fraction of test labels below the forecast's p-quantile,
@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from torch.distributions import Normal
 
 from kcal.evaluation import resolve_recalibrator
-from kcal.figures._common import (
+from kcal.figures.common import (
     load_config,
     load_predictions,
     new_figure,

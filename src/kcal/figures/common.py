@@ -67,9 +67,7 @@ def save_figure(fig, stem: Path) -> list[Path]:
 def load_config(run_dir: Path) -> DictConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
-        raise MissingInputError(
-            f"{path} is missing; it is written by `python -m kcal.train` (kcal.train.run)"
-        )
+        raise MissingInputError(f"{path} is missing; it is written by `python -m kcal.train` (kcal.run.run)")
     return OmegaConf.load(path)
 
 

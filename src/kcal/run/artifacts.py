@@ -1,0 +1,133 @@
+"""What a finished run leaves in its directory, written in one place for both trainers.
+
+* ``config.yaml``: the resolved config (:func:`save_config`);
+* ``metrics.json``: the evaluation of the best weights, deterministic (same config and seed give the
+  same file on CPU), written last and atomically: its presence marks a finished run;
+* ``run.json``: timings, device, versions, data sources;
+* ``history.csv``: one row per epoch (:func:`write_history`);
+* ``predictions.npz``: val/test predictions, so figures can be redrawn without training;
+* ``figures/``: per-run figures when ``figures: true`` (:func:`kcal.figures.draw_run_figures`);
+* checkpoints: Lightning's ``checkpoints/best.ckpt`` (single runs, written during the fit) or
+  ``checkpoints/best.pt`` (a stacked member's ``state_dict``, :func:`save_state`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from kcal import seeding
+from kcal.data.dataset import DatasetSplits
+from kcal.evaluation import (
+    classification_predictions,
+    evaluate_classification,
+    evaluate_regression,
+    regression_predictions,
+)
+from kcal.run.module import FitResult
+from kcal.run.setup import Prepared
+
+log = logging.getLogger(__name__)
+
+
+def save_config(cfg: DictConfig, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out / "config.yaml", resolve=True)
+
+
+def save_predictions(preds: dict[str, torch.Tensor], path: Path) -> None:
+    """Val/test predictions (float32, labels int64) so figures can be redrawn without training."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: (v.float() if v.is_floating_point() else v).cpu().numpy() for k, v in preds.items()}
+    np.savez_compressed(path, **arrays)
+
+
+def save_state(state: dict[str, torch.Tensor], out: Path) -> None:
+    """A network's best weights as ``checkpoints/best.pt`` (a plain ``state_dict``)."""
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    torch.save(state, out / "checkpoints" / "best.pt")
+
+
+def write_history(history: list[dict], path: Path) -> None:
+    """Per-epoch values as CSV (columns: the union of keys, epoch first)."""
+    keys = sorted({k for row in history for k in row} - {"epoch"})
+    lines = [",".join(["epoch", *keys])]
+    lines += [
+        ",".join([str(row["epoch"]), *(repr(float(row[k])) if k in row else "" for k in keys)])
+        for row in history
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def draw_figures(out: Path, cfg: DictConfig, seed: int) -> None:
+    """Per-run figures (:mod:`kcal.figures`); a figure error is logged, it never fails the run."""
+    try:
+        from kcal.figures import draw_run_figures
+
+        draw_run_figures(out, config=cfg, seed=seed)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("kcal.figures failed for %s: %r", out, exc)
+
+
+def evaluate(prep: Prepared, model: torch.nn.Module, seed: int) -> tuple[dict, dict]:
+    """(metrics, predictions) of ``model`` on the validation and test splits."""
+    data, cfg = prep.data, prep.cfg
+    device = next(model.parameters()).device
+    on_device = DatasetSplits(data.train.to(device), data.val.to(device), data.test.to(device), data.info)
+    if prep.task == "regression":
+        preds = regression_predictions(model, on_device)
+        values = evaluate_regression(model, on_device, prep.recalibrator, prep.threshold,
+                                     seeding.eval_seed(seed), preds)  # fmt: skip
+    else:
+        preds = classification_predictions(model, on_device)
+        values = evaluate_classification(model, on_device, prep.recalibrator, cfg.objective.name, preds)
+    return values, preds
+
+
+def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Path, seed: int,
+             extra_run_info: dict | None = None) -> dict:  # fmt: skip
+    """Evaluate the best weights and write the run's files (see the module docstring); return the metrics."""
+    cfg, data = prep.cfg, prep.data
+    metrics = {
+        "dataset": cfg.dataset.name, "protocol": cfg.dataset.protocol, "objective": cfg.objective.name,
+        "recalibrator": prep.recalibrator, "seed": int(seed), "epochs": result.epochs,
+    }  # fmt: skip
+    if result.diverged_epoch is not None or result.best_epoch is None:
+        epoch = result.diverged_epoch if result.diverged_epoch is not None else result.epochs - 1
+        metrics |= {"status": "diverged", "epoch": epoch}
+    else:
+        values, preds = evaluate(prep, model, seed)
+        save_predictions(preds, out / "predictions.npz")
+        if cfg.get("figures", False):
+            draw_figures(out, cfg, seed)
+        values |= {f"{k}_best": v for k, v in result.best.items()}
+        finite = all(math.isfinite(v) for k, v in values.items() if k.startswith(("test/", "val/")))
+        metrics |= {"status": "ok" if finite else "diverged", "best_epoch": result.best_epoch, **values}
+        if not finite:
+            metrics["epoch"] = result.best_epoch
+    out.mkdir(parents=True, exist_ok=True)
+    write_history(result.history, out / "history.csv")
+    run_info = {
+        "train_seconds": result.train_seconds, "seconds_per_epoch": result.train_seconds / max(result.epochs, 1),
+        "device": str(next(model.parameters()).device), "torch": torch.__version__,
+        "pytorch_lightning": pl.__version__, "command": " ".join(sys.argv), "data_sources": data.info.sources,
+        **(extra_run_info or {}),
+    }  # fmt: skip
+    (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
+    write_metrics(metrics, out)
+    return metrics
+
+
+def write_metrics(metrics: dict, out: Path) -> None:
+    """``metrics.json``, atomically (its presence marks a finished run; seed reruns skip such runs)."""
+    tmp = out / "metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    tmp.replace(out / "metrics.json")

@@ -1,0 +1,204 @@
+"""Everything a run decides before any weight exists: config checks and every parameter resolution.
+
+:func:`prepare` loads the data, rejects invalid values with a one-line :class:`~kcal.errors.ConfigError`
+naming the key, and resolves the config's symbolic values in one place:
+
+* ``decision_threshold: median`` -> the training target's median (0 under the official protocol);
+* ``objective.params.bandwidth_{z,x}: median`` -> the median squared distance between training rows;
+* ``objective.bandwidth_z_phi`` (local calibration) -> ``objective.params.bandwidth_z`` from the rows'
+  ``params.features`` columns only (``median``) or the number given;
+* ``objective.params.threshold: auto`` -> the decision threshold;
+* ``recalibrator: auto`` -> the task's default (:func:`kcal.evaluation.resolve_recalibrator`).
+
+Both trainers (:mod:`kcal.run.module`, :mod:`kcal.run.stacked`) start from the :class:`Prepared` it
+returns, so a single run and a stacked member see the same objective, threshold and data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from kcal import seeding
+from kcal.configs import CONFIG_DIR
+from kcal.data import load
+from kcal.data.dataset import DatasetSplits, Split
+from kcal.errors import ConfigError
+from kcal.evaluation import RECALIBRATORS, median_sq_distance, resolve_recalibrator
+from kcal.models import build_model
+from kcal.objectives import Objective
+
+#: objective params that must be numbers once resolved (``median``/``auto`` are resolved first)
+NUMERIC_PARAMS = ("bandwidth_z", "bandwidth_x", "bandwidth_y", "threshold")
+
+
+def objective_names(task: str | None = None) -> list[str]:
+    """Names of the objective configs (``configs/objective/*.yaml``) for ``task`` (None: all)."""
+    names = []
+    for path in sorted(Path(CONFIG_DIR, "objective").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        if task is None or cfg.get("task") in (task, "any"):
+            names.append(path.stem)
+    return names
+
+
+def subsample(data: DatasetSplits, max_train_rows: int | None) -> DatasetSplits:
+    """Keep the first ``max_train_rows`` training rows (the split is already random)."""
+    if not max_train_rows or max_train_rows >= len(data.train):
+        return data
+    return replace(data, train=Split(data.train.x[:max_train_rows], data.train.y[:max_train_rows]))
+
+
+def load_data(cfg: DictConfig) -> DatasetSplits:
+    """The splits a run with ``cfg`` trains on (``dataset.max_train_rows`` applied)."""
+    return subsample(
+        load(cfg.dataset.name, protocol=cfg.dataset.protocol, seed=cfg.seed), cfg.dataset.max_train_rows
+    )
+
+
+def validate(cfg: DictConfig, data: DatasetSplits) -> str:
+    """Reject invalid values with a message naming the key, before training; return the resolved
+    recalibrator name."""
+    task, t = data.info.task, cfg.trainer
+    if cfg.objective.task not in (task, "any"):
+        raise ConfigError(
+            f"objective={cfg.objective.name} is for {cfg.objective.task} but dataset={data.info.name} is "
+            f"{task}; choose one of: {', '.join(objective_names(task))}"
+        )
+    if cfg.recalibrator.name not in RECALIBRATORS[task]:
+        raise ConfigError(
+            f"recalibrator={cfg.recalibrator.name} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
+        )
+    n_train = len(data.train)
+    checks = [
+        (t.batch_size >= 2, f"trainer.batch_size must be >= 2 (BatchNorm and the MMD U-statistic need pairs), got {t.batch_size}"),
+        (t.batch_size <= n_train, f"trainer.batch_size={t.batch_size} is larger than the training split ({n_train} rows of {data.info.name}); lower it"),
+        (t.eval_batch_size >= 2, f"trainer.eval_batch_size must be >= 2, got {t.eval_batch_size}"),
+        (t.lr > 0 and math.isfinite(t.lr), f"trainer.lr must be > 0, got {t.lr}"),
+        (t.weight_decay >= 0, f"trainer.weight_decay must be >= 0, got {t.weight_decay}"),
+        (t.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {t.max_epochs}"),
+        (t.min_epochs >= 0, f"trainer.min_epochs must be >= 0, got {t.min_epochs}"),
+        (t.patience >= 1, f"trainer.patience must be >= 1, got {t.patience}"),
+        (t.gradient_clip_val is None or t.gradient_clip_val > 0, f"trainer.gradient_clip_val must be > 0 or null, got {t.gradient_clip_val}"),
+        (all(int(w) >= 1 for w in cfg.model.widths), f"model.widths must all be >= 1, got {list(cfg.model.widths)}"),
+        (cfg.objective.weight >= 0, f"objective.weight must be >= 0, got {cfg.objective.weight}"),
+    ]  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    for key, value in cfg.objective.params.items():
+        if "bandwidth" in key and isinstance(value, int | float) and value <= 0:
+            raise ConfigError(f"objective.params.{key} must be > 0, got {value}")
+        if key == "num_samples" and value < 1:
+            raise ConfigError(f"objective.params.num_samples must be >= 1, got {value}")
+    return resolve_recalibrator(cfg.recalibrator.name, task)
+
+
+def decision_threshold(cfg: DictConfig, data: DatasetSplits) -> float:
+    """The decision threshold c in training-target units (paper Sec. 6.2)."""
+    if data.info.task != "regression":
+        return 0.0
+    if cfg.decision_threshold == "median":
+        # official targets are centred on the full-dataset median, so c = 0 exactly
+        return 0.0 if data.info.protocol == "official" else float(data.train.y.median())
+    return float(cfg.decision_threshold)
+
+
+def phi_bandwidth(cfg: DictConfig, data: DatasetSplits) -> float | None:
+    """``objective.bandwidth_z_phi`` resolved: the kernel bandwidth on phi(x) = the ``params.features``
+    columns (``median``: their median squared distance over training rows); None when the key is absent."""
+    rule = cfg.objective.get("bandwidth_z_phi")
+    if rule is None:
+        return None
+    if rule == "median":
+        return float(median_sq_distance(data.train.x[:, list(cfg.objective.params.features)]))
+    try:
+        value = float(rule)
+    except ValueError:
+        raise ConfigError(f"objective.bandwidth_z_phi={rule!r} is not a number (nor 'median')") from None
+    if value <= 0:
+        raise ConfigError(f"objective.bandwidth_z_phi must be > 0, got {value}")
+    return value
+
+
+def objective_params(cfg: DictConfig, data: DatasetSplits, threshold: float) -> dict:
+    """``objective.params`` with every symbolic value resolved to a number."""
+    params = OmegaConf.to_container(cfg.objective.params, resolve=True)
+    for key in ("bandwidth_z", "bandwidth_x"):
+        if params.get(key) == "median":
+            params[key] = median_sq_distance(data.train.x)
+    phi = phi_bandwidth(cfg, data)
+    if phi is not None:
+        params["bandwidth_z"] = phi
+    if params.get("threshold") == "auto":
+        params["threshold"] = threshold
+    for key, value in params.items():
+        if isinstance(value, str) and key in NUMERIC_PARAMS:
+            raise ConfigError(f"objective.params.{key}={value!r} is not a number (nor 'median'/'auto')")
+    return params
+
+
+def objective_from_config(cfg: DictConfig, data: DatasetSplits, threshold: float) -> Objective:
+    """The training objective of ``cfg`` with its parameters resolved on ``data``."""
+    return Objective(
+        name=cfg.objective.name, task=data.info.task, regularizer=cfg.objective.regularizer,
+        weight=float(cfg.objective.weight), params=objective_params(cfg, data, threshold),
+        reduction=cfg.objective.reduction,
+    )  # fmt: skip
+
+
+@dataclass
+class Prepared:
+    """Everything a run needs before any weight exists (shared by single and stacked training)."""
+
+    cfg: DictConfig
+    data: DatasetSplits
+    objective: Objective
+    threshold: float
+    recalibrator: str = "none"  # the resolved post-hoc recalibrator (never "auto")
+
+    @property
+    def task(self) -> str:
+        return self.data.info.task
+
+
+def prepared_from(cfg: DictConfig, data: DatasetSplits) -> Prepared:
+    """Validate ``cfg`` against ``data`` and resolve every parameter."""
+    recalibrator = validate(cfg, data)
+    threshold = decision_threshold(cfg, data)
+    return Prepared(cfg, data, objective_from_config(cfg, data, threshold), threshold, recalibrator)
+
+
+def prepare(cfg: DictConfig) -> Prepared:
+    """Load and validate data and config; resolve symbolic parameters (see the module docstring)."""
+    torch.distributions.Distribution.set_default_validate_args(False)
+    if cfg.trainer.get("num_threads"):
+        torch.set_num_threads(int(cfg.trainer.num_threads))
+    return prepared_from(cfg, load_data(cfg))
+
+
+def model_factory(prep: Prepared):
+    """A zero-argument callable that builds the config's network (fresh weights from the global RNG)."""
+    m, info = prep.cfg.model, prep.data.info
+    return lambda: build_model(
+        m.kind, info.task, info.d, info.m, m.widths, m.batchnorm, m.get("min_std", 0.05)
+    )
+
+
+def build(prep: Prepared, seed: int) -> torch.nn.Module:
+    """The network with seed ``seed``'s initial weights (see :mod:`kcal.seeding`)."""
+    return seeding.init_with_seed(seed, model_factory(prep))
+
+
+def device(cfg: DictConfig) -> torch.device:
+    """The torch device ``trainer.accelerator`` names (``auto``: CUDA, else MPS, else CPU)."""
+    acc = str(cfg.trainer.accelerator)
+    if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    if acc == "mps" or (acc == "auto" and torch.backends.mps.is_available()):
+        return torch.device("mps")
+    return torch.device("cpu")
