@@ -119,8 +119,12 @@ def studies_table(studies: pd.DataFrame) -> str:
         best = "—" if pd.isna(r["best_value"]) else f"{r['best_value']:.4f}"
         trial = "—" if pd.isna(r["best_trial"]) else int(r["best_trial"])
         lines.append(f"| {r['dataset']} | {r['objective']} | {r['complete']} | {r['failed']} | {trial} | {best} "
-                     f"| {r['seeds']} | {r['sweep_start'] or '—'} | {r['seeds_end'] or '—'} | {r['trial_hours']} |")  # fmt: skip
+                     f"| {r['seeds']} | {_text(r['sweep_start'])} | {_text(r['seeds_end'])} | {r['trial_hours']} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def _text(value) -> str:
+    return "—" if pd.isna(value) or value == "" else str(value)
 
 
 def blocks(results: pd.DataFrame, studies: pd.DataFrame) -> dict[str, str]:
