@@ -23,6 +23,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.fingerprint import check_seeds
 from kcal.train import CONFIG_DIR, run
 
 TIDY_COLUMNS = ["dataset", "objective", "recalibrator", "flavour", "metric", "mean", "se", "n"]
@@ -72,6 +73,7 @@ def run_seeds(cfg: DictConfig) -> pd.DataFrame:
     base.trainer.progress_bar = False
     out = label_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    check_seeds(out, base, best, cfg)  # kcal.fingerprint: refuse finished seeds of another config
     (out / "best_trial.json").write_text(json.dumps(best, indent=1, default=str) + "\n")
     dirs = seed_dirs(cfg)
     pending = [k for k, d in dirs.items() if not (d / "metrics.json").is_file()]

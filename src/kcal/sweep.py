@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from kcal.data import get_spec
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.fingerprint import check_study, stamp_study
 from kcal.train import CONFIG_DIR, run
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
@@ -241,8 +242,13 @@ def sweep(cfg: DictConfig) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = search_space(cfg)
     study = open_study(cfg)
-    reclaimed = reclaim_stale(study)
     sweep_dir = Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
+    if check_study(study, cfg, space):  # kcal.fingerprint: made with another config, and sweep.overwrite=true
+        optuna.delete_study(study_name=study.study_name, storage=study._storage)
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        study = open_study(cfg)
+        stamp_study(study, cfg, space)
+    reclaimed = reclaim_stale(study)
     n_trials = int(cfg.sweep.n_trials)
     finished, _ = counted(study)
     if reclaimed:
