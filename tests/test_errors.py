@@ -128,3 +128,19 @@ def test_a_multi_line_config_error_is_reported_on_one_line(capsys):
         exits_on_config_error(bad)()
     assert exc.value.code == 2
     assert capsys.readouterr().err == "config error: first second\n"
+
+
+# (4) a study with no usable trial says what happened and what to change
+@needs("crime")
+def test_a_study_with_no_usable_trial_says_what_happened(tmp_path):
+    args = ["dataset=crime", "objective=nll", "profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1",
+            "objective.weight=-1", f"root={tmp_path}", "sweep.n_trials=2", f"hydra.run.dir={tmp_path}/logs"]  # fmt: skip
+    expected = (
+        "error: study 'crime__nll__paper' has no usable trial: all 2 finished trials failed (2 invalid_config; "
+        "e.g. objective.weight must be >= 0, got -1). To fix: change hparams_search (or the fixed config) so that "
+        "sampled values are valid; then run again with sweep.overwrite=true"
+    )
+    res = kcal("sweep", *args)
+    assert res.returncode == 2 and last_line(res.stderr) == expected, res.stderr[-2000:]
+    res = kcal("seeds", *args)
+    assert res.returncode == 2 and last_line(res.stderr) == expected, res.stderr[-2000:]
