@@ -671,7 +671,7 @@ def verdict_mark(profile: str | None) -> str:
 
 
 def claims_summary(
-    results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS, profile: str | None = "full"
+    results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS, profile: str | None = None
 ) -> list[str]:
     """One line per claim of the paper's text with its verdict under each flavour (and on the paper's
     own numbers), e.g. ``R1 (every dataset) NLL + MMD has lower QCE than NLL on every regression
@@ -680,7 +680,7 @@ def claims_summary(
 
 
 def claims_markdown(
-    results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS, profile: str | None = "full"
+    results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS, profile: str | None = None
 ) -> str:
     evaluated = _claim_results(results, flavours)
     out = [
