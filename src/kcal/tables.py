@@ -667,7 +667,8 @@ def profile_note(profile: str | None) -> str:
 
 
 def verdict_mark(profile: str | None) -> str:
-    return "" if profile == "full" else f"[profile {profile or 'not recorded'}: not evidence] "
+    """Prefix of each verdict of a reduced profile (none for ``full`` or an unrecorded one)."""
+    return "" if profile in ("full", None) else f"[profile {profile}: not evidence] "
 
 
 def claims_summary(
