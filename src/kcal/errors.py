@@ -45,12 +45,14 @@ def mistyped_overrides(cfg) -> list[str]:
     problems = []
     for i, override in enumerate(overrides):
         key, sep, _ = override.lstrip("+~").partition("=")
-        value = OmegaConf.select(cfg, key, default=None) if sep else None
-        if not isinstance(value, str) or _is_number(value):
+        try:
+            value = OmegaConf.select(cfg, key, default=None) if sep else None
+            if not isinstance(value, str) or _is_number(value):
+                continue
+            others = overrides[:i] + overrides[i + 1 :]
+            default = OmegaConf.select(hydra.compose(hc.job.config_name, overrides=others), key, default=None)
+        except Exception:  # a key this check cannot resolve: left to the run itself
             continue
-        default = OmegaConf.select(
-            hydra.compose(hc.job.config_name, overrides=overrides[:i] + overrides[i + 1 :]), key, default=None
-        )
         if isinstance(default, bool):
             problems.append(f"{key}={value!r} is not a boolean; pass {key}=true or {key}=false")
         elif isinstance(default, int | float):
