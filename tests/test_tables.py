@@ -517,3 +517,21 @@ def test_duplicated_cells_and_missing_columns_are_rejected(tmp_path):
     df.drop(columns="se").to_csv(tmp_path / "cols.csv", index=False)
     with pytest.raises(ValueError, match="se"):
         T.load_results(tmp_path / "cols.csv")
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_captions_and_claims_state_the_profile(tmp_path, profile):
+    _synthetic().to_csv(tmp_path / "results.csv", index=False)
+    written = T.write_tables(tmp_path / "results.csv", tmp_path / "out", echo_claims=False, profile=profile)
+    for key, path in written.items():
+        text = path.read_text()
+        if path.suffix == ".tex":
+            n = text.count("\\caption{")
+            assert n >= 1 and text.count(f"\\caption{{Profile: {profile}") == n, key
+        elif path.suffix == ".md":
+            assert f"Profile: {profile}" in text.split("\n\n")[0 if key.startswith("comparison") else 1], key
+    claims = written["claims"].read_text()
+    verdicts = [line for line in claims.splitlines() if line.startswith("- ")]
+    assert verdicts and all(("[profile smoke: not evidence]" in v) == (profile == "smoke") for v in verdicts)
+    if profile == "smoke":
+        assert "NOT evidence" in claims

@@ -5,6 +5,7 @@
 * ``results.csv``: the reproduction's tidy results, copied from ``<root>/results.csv``;
 * every file :func:`kcal.tables.write_tables` writes from it (LaTeX tables per flavour,
   ``comparison_{exact,official}.{md,csv}``, ``claims.md``);
+* ``report.json``: the profile that produced the results (stated in every caption and verdict);
 * ``studies.csv``: per sweep study, the trials by status, the best trial, its parameters and value,
   and when the study and its seed reruns ran (read from the Optuna storage and the seed directories);
 * ``RESULTS.md``: hand-written analysis around generated blocks. A generated block sits between
@@ -29,7 +30,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from kcal.tables import FLAVOURS, claims_summary, comparison_frame, fmt, load_results, write_tables
+from kcal.tables import (
+    FLAVOURS,
+    claims_summary,
+    comparison_frame,
+    fmt,
+    load_results,
+    profile_note,
+    write_tables,
+)
 
 GENERATED = re.compile(
     r"(<!-- kcal\.report:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /kcal\.report -->)", re.S
@@ -127,9 +136,10 @@ def _text(value) -> str:
     return "—" if pd.isna(value) or value == "" else str(value)
 
 
-def blocks(results: pd.DataFrame, studies: pd.DataFrame) -> dict[str, str]:
+def blocks(results: pd.DataFrame, studies: pd.DataFrame, profile: str) -> dict[str, str]:
     """Every generated block of RESULTS.md, by name."""
-    out = {"claims": "\n".join(f"- {line}" for line in claims_summary(results))}
+    out = {"profile": profile_note(profile)}
+    out["claims"] = "\n".join(f"- {line}" for line in claims_summary(results, profile=profile))
     out["studies"] = studies_table(studies)
     for ds in sorted(set(results["dataset"])):
         out[f"dataset:{ds}"] = side_by_side(results, ds)
@@ -147,7 +157,12 @@ def fill(text: str, generated: dict[str, str]) -> str:
 
 def template(generated: dict[str, str]) -> str:
     """A first RESULTS.md: one section per dataset with its block; the analysis is written by hand."""
-    parts = ["# Results\n", "## Studies\n", "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n"]
+    parts = [
+        "# Results\n",
+        "<!-- kcal.report:profile -->\n<!-- /kcal.report -->\n",
+        "## Studies\n",
+        "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n",
+    ]
     for name in sorted(k for k in generated if k.startswith("dataset:")):
         parts += [f"## {name.split(':', 1)[1]}\n", f"<!-- kcal.report:{name} -->\n<!-- /kcal.report -->\n"]
     parts += ["## Claims\n", "<!-- kcal.report:claims -->\n<!-- /kcal.report -->\n"]
@@ -156,18 +171,22 @@ def template(generated: dict[str, str]) -> str:
 
 # ---- publish and check ----------------------------------------------------------------------------
 def render(dest: Path, out: Path) -> None:
-    """Everything derived from ``dest``'s results.csv and studies.csv, written into ``out``."""
+    """Everything derived from ``dest``'s results.csv, studies.csv and report.json, written into ``out``."""
     results = load_results(dest / "results.csv")
     studies = pd.read_csv(dest / "studies.csv")
-    write_tables(dest / "results.csv", out, echo_claims=False)
-    generated = blocks(results, studies)
+    profile = json.loads((dest / "report.json").read_text())["profile"]
+    write_tables(dest / "results.csv", out, echo_claims=False, profile=profile)
+    generated = blocks(results, studies, profile)
     existing = dest / "RESULTS.md"
     text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
     (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
 
 
-def publish(root: Path, dest: Path, storage: str | None = None) -> list[Path]:
+def publish(root: Path, dest: Path, storage: str | None = None, profile: str | None = None) -> list[Path]:
+    """Copy ``root``'s results into ``dest`` and regenerate every derived file (``profile``: the
+    reproduction profile, by default the root's folder name, as in ``outputs/reproduce/<profile>``)."""
     dest.mkdir(parents=True, exist_ok=True)
+    (dest / "report.json").write_text(json.dumps({"profile": profile or root.name}) + "\n")
     src = root / "results.csv"
     if not src.is_file():
         raise SystemExit(
@@ -199,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("root", type=Path, nargs="?", help="reproduction root, e.g. outputs/reproduce/full")
     p.add_argument("dest", type=Path, help="where the report lives, e.g. docs/results/full")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
+    p.add_argument("--profile", help="the reproduction's profile (default: the root's folder name)")
     p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
     args = p.parse_args(argv)
     if args.check:
@@ -211,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.root is None:
         p.error("give the reproduction root (or --check)")
-    files = publish(args.root, args.dest, args.storage)
+    files = publish(args.root, args.dest, args.storage, args.profile)
     print(f"kcal.report: {len(files)} files in {args.dest}; edit the analysis in {args.dest / 'RESULTS.md'} "
           "outside the generated blocks")  # fmt: skip
     return 0

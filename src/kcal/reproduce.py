@@ -1,6 +1,7 @@
 """The paper's experiments end to end: ``python -m kcal.reproduce task=regression profile=quick``.
 
-For every dataset of the task (skipping, with a note, those whose files are not available) and every
+For every dataset of the task (skipping those whose files are not available, see :func:`check_complete`
+for when that is an error: exit status 2 after the others have run) and every
 objective: a TPE sweep (:mod:`kcal.sweep`), then the best configuration over seeds
 (:mod:`kcal.seeds`); for regression also NLL+MMD with other numbers of forecast samples (Table 6).
 Then all ``summary.csv`` files are collected into ``<root>/results.csv`` and the tables are written
@@ -19,8 +20,8 @@ from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
-from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline
-from kcal.errors import ConfigError, exits_on_config_error
+from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
+from kcal.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
 from kcal.registry import PAPER_DATASETS as DATASETS
 from kcal.registry import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.seeds import collect, run_seeds
@@ -29,13 +30,28 @@ from kcal.sweep import sweep
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
 
-def available(name: str) -> str | None:
-    """None when the dataset's files can be had; otherwise the reason."""
+def available(name: str) -> DataError | None:
+    """None when the dataset's files can be had; otherwise why not (missing, or failing its checksum)."""
     try:
         locate(get_spec(name), download=not offline())
         return None
     except (DatasetUnavailableError, ChecksumError) as exc:
-        return str(exc).split(". ")[0]
+        return exc
+
+
+def check_complete(cfg: DictConfig, not_run: dict[str, DataError], n_rows: int) -> None:
+    """Raise when the reproduction did not run what it was asked for: a file failing its checksum (always),
+    a dataset named in ``reproduce.datasets`` that is not available, or no result row at all. Of the
+    default datasets (``reproduce.datasets=null``), those not available are only noted."""
+    corrupt = [f"{ds}: {exc}" for ds, exc in not_run.items() if isinstance(exc, ChecksumError)]
+    missing = [ds for ds, exc in not_run.items() if isinstance(exc, DatasetUnavailableError)]
+    if missing and (cfg.reproduce.datasets or n_rows == 0):
+        corrupt.append(f"not available: {', '.join(missing)}; {unavailable_hint('<dataset>')}")
+    if corrupt:
+        raise DataError(f"reproduction incomplete ({n_rows} result rows): " + " | ".join(corrupt))
+    if n_rows == 0:
+        raise IncompleteError(f"no result rows in {Path(cfg.root) / 'results.csv'}: no seed run finished "
+                              f"with status ok; see the seeds' metrics.json under {cfg.root}")  # fmt: skip
 
 
 def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
@@ -66,7 +82,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
             reason = available(ds)
             if reason:
                 skipped[ds] = reason
-                print(f"[skip] {ds}: {reason}", file=sys.stderr)
+                print(f"[not run] {ds}: {getattr(reason, 'reason', reason)}", file=sys.stderr)
         if ds in skipped:
             continue
         print(f"[{i}/{len(plan)}] {ds} / {label}  ({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr)
@@ -76,18 +92,22 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
         run_seeds(pair)
     results = collect(root)
     results_csv = root / "results.csv"
+    root.mkdir(parents=True, exist_ok=True)
     results.to_csv(results_csv, index=False)
     print(
         f"results: {results_csv} ({len(results)} rows) after {time.perf_counter() - t0:.0f} s",
         file=sys.stderr,
     )
     if skipped:
-        print("not run (files not available): " + ", ".join(skipped), file=sys.stderr)
-    if cfg.reproduce.tables:
+        print(
+            "not run (files not available or failing their checksum): " + ", ".join(skipped), file=sys.stderr
+        )
+    if cfg.reproduce.tables and len(results):
         from kcal.tables import write_tables
 
-        written = write_tables(results_csv, root / "tables")
+        written = write_tables(results_csv, root / "tables", profile=cfg.profile_name)
         print("tables:", *(f"  {k}: {v}" for k, v in written.items()), sep="\n")
+    check_complete(cfg, skipped, len(results))
     return results_csv
 
 

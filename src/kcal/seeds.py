@@ -4,7 +4,7 @@
 Seeds ``0 .. seeds.n_seeds-1`` each get ``<root>/<dataset>/<label>/seeds/seed<k>/`` with the files of
 a :mod:`kcal.train` run; a seed whose ``metrics.json`` exists is skipped, so an interrupted rerun
 resumes. By default the pending seeds are trained together as one vectorised model
-(:mod:`kcal.vectorized`, ``seeds_run.vectorized=false`` trains them one by one). The per-seed results
+(:mod:`kcal.run.stacked`, ``seeds_run.vectorized=false`` trains them one by one). The per-seed results
 are aggregated into ``<root>/<dataset>/<label>/summary.csv``, a tidy table with columns
 ``dataset, objective, recalibrator, flavour, metric, mean, se, n`` (se = sample std / sqrt(n) over the
 seeds whose run finished with status ok).
@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.fingerprint import check_seeds
 from kcal.registry import RESULT_COLUMNS
 from kcal.run import run
 
@@ -74,6 +75,7 @@ def run_seeds(cfg: DictConfig) -> pd.DataFrame:
     base.trainer.progress_bar = False
     out = label_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    check_seeds(out, base, best, cfg)  # kcal.fingerprint: refuse finished seeds of another config
     (out / "best_trial.json").write_text(json.dumps(best, indent=1, default=str) + "\n")
     dirs = seed_dirs(cfg)
     pending = [k for k, d in dirs.items() if not (d / "metrics.json").is_file()]
@@ -88,7 +90,7 @@ def run_seeds(cfg: DictConfig) -> pd.DataFrame:
 
 
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
-    if cfg.seeds_run.vectorized:  # kcal.vectorized itself falls back to single runs under protocol=clean
+    if cfg.seeds_run.vectorized:  # kcal.run.stacked itself falls back to single runs under protocol=clean
         from kcal.run.stacked import run_seeds as run_vectorized
 
         size = int(cfg.seeds_run.chunk_size)

@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 
 from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
-from kcal.errors import ConfigError, exits_on_config_error
+from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
+from kcal.fingerprint import check_study, stamp_study
 from kcal.run import run
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
@@ -222,10 +223,33 @@ def _n_val(cfg: DictConfig) -> int:
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     if not done:
-        raise RuntimeError(
-            f"study {study.study_name!r} has no completed trial; run `python -m kcal.sweep` first"
-        )
+        raise IncompleteError(no_usable_trial(study))
     return study.best_trial
+
+
+def no_usable_trial(study: optuna.Study) -> str:
+    """Why a study has no completed trial, and what to change."""
+    failed: dict[str, list] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state.is_finished() and t.user_attrs.get(STATUS) not in NOT_COUNTED:
+            failed.setdefault(t.user_attrs.get(STATUS, t.state.name.lower()), []).append(t)
+    dataset, objective = (study.study_name.split("__") + ["<dataset>", "<objective>"])[:2]
+    if not failed:
+        return (f"study {study.study_name!r} has no finished trial yet; run `python -m kcal.sweep dataset={dataset} "
+                f"objective={objective}` (with the same profile and root) first")  # fmt: skip
+    counts = ", ".join(f"{len(ts)} {status}" for status, ts in failed.items())
+    reasons = (
+        t.user_attrs["fail_reason"] for ts in failed.values() for t in ts if "fail_reason" in t.user_attrs
+    )
+    example = next(reasons, "no reason recorded")
+    advice = {
+        "diverged": "narrow hparams_search towards stabler values (a lower trainer.lr or objective.weight range) "
+        "or raise sweep.n_trials",
+        "invalid_config": "change hparams_search (or the fixed config) so that sampled values are valid",
+    }
+    todo = "; ".join(advice.get(status, "see the trials' fail_reason") for status in failed)
+    return (f"study {study.study_name!r} has no usable trial: all {sum(map(len, failed.values()))} finished trials "
+            f"failed ({counts}; e.g. {example}). To fix: {todo}; then run again with sweep.overwrite=true")  # fmt: skip
 
 
 def write_best(study: optuna.Study, sweep_dir: Path) -> Path:
@@ -244,8 +268,13 @@ def sweep(cfg: DictConfig) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = search_space(cfg)
     study = open_study(cfg)
-    reclaimed = reclaim_stale(study)
     sweep_dir = Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
+    if check_study(study, cfg, space):  # kcal.fingerprint: made with another config, and sweep.overwrite=true
+        optuna.delete_study(study_name=study.study_name, storage=study._storage)
+        shutil.rmtree(sweep_dir, ignore_errors=True)
+        study = open_study(cfg)
+        stamp_study(study, cfg, space)
+    reclaimed = reclaim_stale(study)
     n_trials = int(cfg.sweep.n_trials)
     finished, _ = counted(study)
     if reclaimed:
@@ -280,6 +309,8 @@ def main(cfg: DictConfig) -> None:
     study = sweep(cfg)
     finished, running = counted(study)
     best = _best_value(study)
+    if best is None and finished:
+        raise IncompleteError(no_usable_trial(study))
     print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); best value "
           f"{best if best is not None else '-'}; storage {storage_url(cfg)}")  # fmt: skip
 

@@ -656,17 +656,38 @@ def _claim_line(c: Claim, per: dict[str, ClaimResult]) -> str:
     return f"{c.id} ({quant}) {c.description} — " + "; ".join(parts)
 
 
-def claims_summary(results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS) -> list[str]:
+def profile_note(profile: str | None) -> str:
+    """Which profile produced the results; a profile other than ``full`` is marked as not evidence."""
+    if profile is None:
+        return "Profile: not recorded (only profile=full follows the paper's protocol)."
+    if profile == "full":
+        return "Profile: full (the paper's protocol)."
+    return (f"Profile: {profile}, a reduced run (fewer trials, seeds or epochs than the paper): its numbers and "
+            "verdicts are NOT evidence for or against the paper's claims.")  # fmt: skip
+
+
+def verdict_mark(profile: str | None) -> str:
+    """Prefix of each verdict of a reduced profile (none for ``full`` or an unrecorded one)."""
+    return "" if profile in ("full", None) else f"[profile {profile}: not evidence] "
+
+
+def claims_summary(
+    results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS, profile: str | None = None
+) -> list[str]:
     """One line per claim of the paper's text with its verdict under each flavour (and on the paper's
     own numbers), e.g. ``R1 (every dataset) NLL + MMD has lower QCE than NLL on every regression
     dataset — exact: holds on 2/2 datasets run → supported; official-compatible: ...``."""
-    return [_claim_line(c, per) for c, per in _claim_results(results, flavours)]
+    return [verdict_mark(profile) + _claim_line(c, per) for c, per in _claim_results(results, flavours)]
 
 
-def claims_markdown(results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS) -> str:
+def claims_markdown(
+    results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS, profile: str | None = None
+) -> str:
     evaluated = _claim_results(results, flavours)
     out = [
         "# The paper's claims, checked against our results",
+        "",
+        f"**{profile_note(profile)}**",
         "",
         "Each claim compares rows of one table on one metric, per dataset. A dataset counts (denominator "
         'm, "datasets run") only if every row the claim needs has a result of ours in that flavour. '
@@ -676,7 +697,7 @@ def claims_markdown(results: pd.DataFrame, flavours: Sequence[str] = FLAVOURS) -
         "applies the same test to the paper's printed numbers (all 5 datasets), as a check of the encoding.",
         "",
     ]
-    out += [f"- {_claim_line(c, per)}" for c, per in evaluated]
+    out += [f"- {verdict_mark(profile)}{_claim_line(c, per)}" for c, per in evaluated]
     out += [
         "",
         "## Per dataset",
@@ -707,8 +728,11 @@ def _flavours(results: pd.DataFrame) -> list[str]:
     return list(FLAVOURS) + sorted(set(results["flavour"]) - set(FLAVOURS))
 
 
-def write_tables(results_csv: Path | str, out_dir: Path | str, echo_claims: bool = True) -> dict[str, Path]:
-    """Write every table, comparison and the claims file; return ``{name: path}``.
+def write_tables(
+    results_csv: Path | str, out_dir: Path | str, echo_claims: bool = True, profile: str | None = None
+) -> dict[str, Path]:
+    """Write every table, comparison and the claims file; return ``{name: path}``. Every caption and
+    the claims state ``profile`` (the reproduction profile that produced ``results_csv``).
 
     With ``echo_claims`` the claims summary is also printed, so every command that ends a
     reproduction (``kcal.reproduce``, ``kcal.tables``) shows it."""
@@ -725,6 +749,10 @@ def write_tables(results_csv: Path | str, out_dir: Path | str, echo_claims: bool
     written: dict[str, Path] = {}
 
     def put(key: str, name: str, text: str) -> None:
+        if name.endswith(".tex"):  # every caption states the profile
+            text = text.replace("\\caption{", "\\caption{" + _tex_escape(profile_note(profile)) + " ")
+        elif name.startswith("comparison") and name.endswith(".md"):
+            text = f"*{profile_note(profile)}*\n\n{text}"
         path = out_dir / name
         path.write_text(text, encoding="utf-8")
         written[key] = path
@@ -739,10 +767,10 @@ def write_tables(results_csv: Path | str, out_dir: Path | str, echo_claims: bool
         comp = comparison_frame(results, fl)
         put(f"comparison_{fl}_md", f"comparison_{fl}.md", comparison_markdown(comp, fl))
         put(f"comparison_{fl}_csv", f"comparison_{fl}.csv", comp.to_csv(index=False, float_format="%.6g"))
-    put("claims", "claims.md", claims_markdown(results, flavours))
+    put("claims", "claims.md", claims_markdown(results, flavours, profile))
     if echo_claims:
-        print(f"\nClaims (also in {written['claims']}):")
-        for line in claims_summary(results, flavours):
+        print(f"\nClaims (also in {written['claims']}); {profile_note(profile)}")
+        for line in claims_summary(results, flavours, profile):
             print(f"- {line}")
     return written
 
@@ -751,14 +779,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kcal.tables", description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True, type=Path, help="tidy aggregated results CSV")
     p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument(
+        "--profile", default=None, help="the profile that produced the results (full, quick, smoke)"
+    )
     args = p.parse_args(argv)
-    written = write_tables(args.results, args.out, echo_claims=False)
+    written = write_tables(args.results, args.out, echo_claims=False, profile=args.profile)
     print(f"kcal.tables: wrote {len(written)} files to {args.out}")
     for name, path in written.items():
         print(f"  {name}: {path}")
     results = load_results(args.results)
-    print(f"\nClaims (also in {written['claims']}):")
-    for line in claims_summary(results, _flavours(results)):
+    print(f"\nClaims (also in {written['claims']}); {profile_note(args.profile)}")
+    for line in claims_summary(results, _flavours(results), args.profile):
         print(f"- {line}")
     return 0
 

@@ -10,7 +10,7 @@ import sys
 
 from kcal.data.dataset import parsed_arrays
 from kcal.data.registry import dataset_names, get_spec
-from kcal.data.sources import ChecksumError, DatasetUnavailableError, mirror_dir
+from kcal.data.sources import ChecksumError, DatasetUnavailableError, mirror_dir, offline, unavailable_hint
 
 
 def rows(download: bool = False) -> list[dict]:
@@ -25,9 +25,9 @@ def rows(download: bool = False) -> list[dict]:
             row.update({"n raw": n_raw, "n used": len(y), "d": x.shape[1], "found": "+".join(origins),
                         "checksum": "ok"})  # fmt: skip
         except DatasetUnavailableError:
-            row["found"], row["checksum"] = "not available offline", "-"
+            row["found"], row["checksum"] = "not available offline" if offline() else "not available", "-"
         except ChecksumError as exc:
-            row["found"], row["checksum"] = "found", f"MISMATCH: {exc}"
+            row["found"], row["checksum"], row["error"] = "found", "MISMATCH", str(exc)
         out.append(row)
     return out
 
@@ -47,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     table = rows(download=args.download)
     print(f"mirror (KCAL_DATA_DIR): {mirror_dir() or 'not set'}")
-    print(format_table(table))
+    print(format_table([{k: v for k, v in r.items() if k != "error"} for r in table]))
     bad = [r["name"] for r in table if r["checksum"] != "ok"]
-    if bad:
-        print(f"\nunavailable or failing checksum: {', '.join(bad)}", file=sys.stderr)
+    for r in table:
+        if "error" in r:
+            print(f"data error: {r['error']}", file=sys.stderr)
+    if any(r["checksum"] == "-" for r in table):
+        print(f"unavailable (files not found): {', '.join(r['name'] for r in table if r['checksum'] == '-')}. "
+              f"{unavailable_hint('<dataset>')}", file=sys.stderr)  # fmt: skip
     return 1 if (args.check and bad) else 0
 
 

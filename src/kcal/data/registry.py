@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from kcal.errors import ConfigError
+
 PAPER_REGRESSION = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
 PAPER_CLASSIFICATION = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")
 
 
-class UnknownDatasetError(ValueError):
+class UnknownDatasetError(ConfigError):
     """Raised for a dataset name that is not in the registry; the message lists valid names."""
 
 

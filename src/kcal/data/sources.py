@@ -24,19 +24,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kcal.data.registry import DatasetSpec, FileSpec, RawFile
+from kcal.errors import DataError
 
 DATA_DIR_ENV = "KCAL_DATA_DIR"
 CACHE_DIR_ENV = "KCAL_CACHE_DIR"
 OFFLINE_ENV = "KCAL_OFFLINE"
 DOWNLOAD_TIMEOUT_S = 60
+FIX_CORRUPT = (
+    "The file is corrupt or a different version: delete it if it is in the cache (it is downloaded again), "
+    f"or replace it in the mirror (${DATA_DIR_ENV}) with the original"
+)
 
 
-class ChecksumError(RuntimeError):
+class ChecksumError(DataError):
     """A raw file's bytes do not match the checksum recorded for it."""
 
 
-class DatasetUnavailableError(FileNotFoundError):
-    """No verified copy of a raw file could be found or downloaded."""
+class DatasetUnavailableError(DataError, FileNotFoundError):
+    """No verified copy of a raw file could be found or downloaded.
+
+    ``reason`` says what is missing, ``hint`` what to do; the message is both.
+    """
+
+    def __init__(self, reason: str, hint: str):
+        super().__init__(f"{reason}. {hint}")
+        self.reason, self.hint = reason, hint
 
 
 def project_root() -> Path | None:
@@ -90,16 +102,14 @@ def verify(path: Path, form: FileSpec) -> str:
         got = sha256_file(path)
         if got != form.sha256:
             raise ChecksumError(
-                f"checksum mismatch for {path}: expected sha256 {form.sha256}, got {got}. "
-                "The file is corrupt or a different version; delete it (if in the cache) or fix the mirror."
+                f"checksum mismatch for {path}: expected sha256 {form.sha256}, got {got}. {FIX_CORRUPT}"
             )
         return got
     if form.git_blob:
         got = git_blob_file(path)
         if got != form.git_blob:
             raise ChecksumError(
-                f"checksum mismatch for {path}: expected git blob {form.git_blob}, got {got}. "
-                "The file is corrupt or a different version; delete it (if in the cache) or fix the mirror."
+                f"checksum mismatch for {path}: expected git blob {form.git_blob}, got {got}. {FIX_CORRUPT}"
             )
         return got
     raise ChecksumError(f"no checksum recorded for {form.name}; refusing to use an unverified file")
@@ -157,17 +167,24 @@ def locate_file(spec: DatasetSpec, raw: RawFile, download: bool = True) -> Locat
             except ChecksumError:
                 dest.unlink(missing_ok=True)
                 raise
+    raise DatasetUnavailableError(
+        f"dataset {spec.name!r}: raw file {raw.name} not found (looked for {', '.join(looked)})",
+        unavailable_hint(spec.name, errors),
+    )
+
+
+def unavailable_hint(dataset: str, download_errors: list[str] = ()) -> str:
+    """What to do when a dataset's files are not found: the mirror, the cache, or a download."""
     hint = (
-        f"Set {DATA_DIR_ENV} to a directory holding <dataset>/<file> (e.g. the shared offline mirror, "
-        f"`export {DATA_DIR_ENV}=../shared/datasets`), or put the file in {cache_dir() / 'raw' / spec.name}/"
+        f"Set {DATA_DIR_ENV} to a directory holding <dataset>/<file>, e.g. the shared offline mirror "
+        f"(`export {DATA_DIR_ENV}=$PWD/../shared/datasets` from the project root; now "
+        f"{os.environ.get(DATA_DIR_ENV) or 'unset'}), or put the file in {cache_dir() / 'raw' / dataset}/"
     )
     if offline():
         hint += f", or unset {OFFLINE_ENV} to allow a download"
-    elif errors:
-        hint += ". Download failed: " + "; ".join(errors)
-    raise DatasetUnavailableError(
-        f"dataset {spec.name!r}: raw file {raw.name} not found. Looked for: {', '.join(looked)}. {hint}."
-    )
+    elif download_errors:
+        hint += ". Download failed: " + "; ".join(download_errors)
+    return hint + "."
 
 
 def locate(spec: DatasetSpec, download: bool = True) -> dict[str, Located]:

@@ -1,0 +1,108 @@
+"""Resuming never mixes configurations: seed reruns and sweep studies carry a fingerprint of what shapes
+their numbers, and a resume with another one is refused unless a new root or the overwrite flag is given."""
+
+import json
+
+import optuna
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from kcal.configs import CONFIG_DIR
+from kcal.fingerprint import (
+    STUDY_ATTR,
+    FingerprintMismatch,
+    differences,
+    shaping_config,
+    stamp_study,
+)
+
+from .data.conftest import needs
+
+SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
+
+
+def test_what_does_not_shape_a_number_is_not_in_the_fingerprint():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        a = shaping_config(compose("seeds", overrides=["seed=1", "root=/a", "sweep.n_trials=3", "figures=false",
+                                                       "trainer.num_threads=4", "sweep.worker=2"]))  # fmt: skip
+        b = shaping_config(compose("seeds", overrides=["seed=2", "root=/b", "trainer.progress_bar=false"]))
+        c = shaping_config(compose("seeds", overrides=["trainer.max_epochs=7", "dataset.protocol=clean"]))
+    assert a == b
+    assert differences(a, c) == ['dataset.protocol ("official" -> "clean")', "trainer.max_epochs (200 -> 7)"]
+
+
+@needs("crime")
+def test_seed_rerun_with_another_config_is_refused_unless_overwritten(tmp_path):
+    base = ["dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "seeds_run.use_best=false",
+            "seeds_run.vectorized=false"]  # fmt: skip
+    seeds_dir = tmp_path / "crime" / "nll" / "seeds"
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.seeds import run_seeds
+
+        run_seeds(compose("seeds", overrides=[*base, "seeds.n_seeds=1"]))
+        assert (tmp_path / "crime" / "nll" / "fingerprint.json").is_file()
+        other = [*base, "seeds.n_seeds=2", "trainer.max_epochs=2", "dataset.protocol=clean"]
+        with pytest.raises(FingerprintMismatch) as err:
+            run_seeds(compose("seeds", overrides=other))
+        msg = str(err.value)
+        assert "trainer.max_epochs (1 -> 2)" in msg and 'dataset.protocol ("official" -> "clean")' in msg
+        assert "new root=..." in msg and "seeds_run.overwrite=true" in msg
+        assert not (seeds_dir / "seed1").exists()  # nothing trained into the old directory
+        summary = run_seeds(compose("seeds", overrides=[*other, "seeds_run.overwrite=true"]))
+        assert set(summary["n"]) == {2}
+        for k in (0, 1):
+            assert OmegaConf.load(seeds_dir / f"seed{k}" / "config.yaml").trainer.max_epochs == 2
+        # a seed directory from before fingerprints: refused as unknown, adopted on request
+        (tmp_path / "crime" / "nll" / "fingerprint.json").unlink()
+        with pytest.raises(FingerprintMismatch, match="no configuration fingerprint.*seeds_run.adopt=true"):
+            run_seeds(compose("seeds", overrides=other))
+        before = (seeds_dir / "seed0" / "metrics.json").stat().st_mtime_ns
+        run_seeds(compose("seeds", overrides=[*other, "seeds_run.adopt=true"]))
+        assert (seeds_dir / "seed0" / "metrics.json").stat().st_mtime_ns == before
+        assert (tmp_path / "crime" / "nll" / "fingerprint.json").is_file()
+
+
+def load(tmp_path, name="crime__nll__paper") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'sweeps.db'}")
+
+
+@needs("crime")
+def test_sweep_with_another_config_is_refused_unless_overwritten(tmp_path):
+    base = ["dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "sweep.n_trials=1"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.sweep import sweep
+
+        sweep(compose("sweep", overrides=base))
+        stored = load(tmp_path).user_attrs[STUDY_ATTR]
+        assert stored["trainer.max_epochs"] == 1 and "search_space.trainer.batch_size.choices" in stored
+        sweep(compose("sweep", overrides=[*base, "sweep.n_trials=2"]))  # same config: resumes
+        assert len(load(tmp_path).trials) == 2
+        other = [*base, "trainer.max_epochs=2"]
+        with pytest.raises(FingerprintMismatch) as err:
+            sweep(compose("sweep", overrides=other))
+        assert str(err.value).startswith("sweep study 'crime__nll__paper' was made with a different configuration: "
+                                         "trainer.max_epochs (1 -> 2);")  # fmt: skip
+        assert "sweep.overwrite=true" in str(err.value) and "new root=..." in str(err.value)
+        assert len(load(tmp_path).trials) == 2
+        sweep(compose("sweep", overrides=[*other, "sweep.overwrite=true"]))
+        study = load(tmp_path)
+        assert len(study.trials) == 1 and study.user_attrs[STUDY_ATTR]["trainer.max_epochs"] == 2
+        run_dir = study.trials[0].user_attrs["run_dir"]
+        assert OmegaConf.load(f"{run_dir}/config.yaml").trainer.max_epochs == 2
+
+
+@needs("crime")
+def test_a_study_without_fingerprint_is_refused_until_adopted_or_stamped(tmp_path):
+    base = ["dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "sweep.n_trials=1"]
+    old = optuna.create_study(study_name="crime__nll__paper", storage=f"sqlite:///{tmp_path / 'sweeps.db'}")
+    old.enqueue_trial({"trainer.lr": 1e-3})  # a trial of a study made before fingerprints
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.sweep import sweep
+
+        cfg = compose("sweep", overrides=base)
+        with pytest.raises(FingerprintMismatch, match="no configuration fingerprint.*sweep.adopt=true"):
+            sweep(cfg)
+        stamp_study(load(tmp_path), cfg)
+        assert json.dumps(load(tmp_path).user_attrs[STUDY_ATTR])  # stored, JSON
+        sweep(cfg)  # stamped with this config: resumes

@@ -1,0 +1,61 @@
+"""``--help`` of every entry point: a description, the config groups with their choices, three examples
+that compose as printed; ``profile=...`` works for kcal.train as the help says."""
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from kcal.configs import CONFIG_DIR
+
+from .data.conftest import needs
+
+ENTRY_POINTS = {"train": "train", "sweep": "sweep", "seeds": "seeds", "reproduce": "reproduce"}
+
+
+def help_text(module: str) -> str:
+    res = subprocess.run([sys.executable, "-m", f"kcal.{module}", "--help"], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+@pytest.mark.parametrize("module", list(ENTRY_POINTS))
+def test_help_describes_groups_and_examples_that_compose(module):
+    text = help_text(module)
+    assert text.startswith(f"python -m kcal.{module}: ")
+    assert "profile: full, quick, smoke" in text and "objective: nll, nll_mmd" in text
+    examples = [line.strip() for line in text.split("== Examples ==")[1].splitlines()]
+    examples = [line.split("    (")[0] for line in examples if line.startswith(f"python -m kcal.{module} ")]
+    assert len(examples) == 3
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        for example in examples:
+            args = [a for a in shlex.split(example)[3:] if a not in ("-m", "--cfg", "job")]
+            if "-m" in example:  # a grid: compose its first point
+                args = [a.split(",")[0] if "=" in a and "[" not in a else a for a in args]
+            cfg = compose(ENTRY_POINTS[module], overrides=args)
+            if "profile=smoke" in args:
+                assert cfg.profile_name == "smoke" and cfg.trainer.min_epochs == 0
+
+
+def test_profile_applies_to_train_without_plus():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        assert compose("train").trainer.max_epochs == 200
+        smoke = compose("train", overrides=["profile=smoke"])
+        assert smoke.trainer.max_epochs == 2 and smoke.dataset.max_train_rows == 200
+        # the reproduction's configs keep the profile over their own values
+        assert compose("seeds", overrides=["profile=smoke"]).sweep.n_trials == 2
+        assert compose("sweep").sweep.n_trials == 100
+
+
+@needs("crime")
+def test_train_runs_with_profile_smoke(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "kcal.train", "profile=smoke", "dataset=crime", "trainer.max_epochs=1",
+                          "dataset.max_train_rows=128", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert OmegaConf.load(tmp_path / "config.yaml").profile_name == "smoke"
