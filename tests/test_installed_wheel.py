@@ -65,7 +65,7 @@ def test_the_wheel_ships_the_configs(installed):
 @pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
 def test_an_installed_kcal_trains_from_another_directory(installed, tmp_path):
     python, env = installed
-    done = _sh(python, "-m", "kcal.train", "dataset=crime", "+profile=smoke", "hydra.run.dir=run",
+    done = _sh(python, "-m", "kcal.train", "dataset=crime", "profile=smoke", "hydra.run.dir=run",
                env=env | {"KCAL_CACHE_DIR": str(tmp_path / "cache")}, cwd=tmp_path)  # fmt: skip
     assert "status=ok" in done.stdout
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "ok"
