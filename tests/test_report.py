@@ -79,3 +79,16 @@ def test_ablation_varies_one_key_around_the_best_trial(smoke_root):
     assert run["seed"] == 1 and run["status"] == "ok"
     saved = (out / "objective.weight=0.0" / "seeds" / "seed0" / "config.yaml").read_text()
     assert "weight: 0.0" in saved
+
+
+def test_ablation_set_keys_name_their_own_folder(tmp_path):
+    from kcal.ablation import ablation_dir
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        plain = compose(
+            "ablation", overrides=[f"root={tmp_path}", "dataset=heart-disease", "objective=xe_mmd"]
+        )
+        fixed = compose("ablation", overrides=[f"root={tmp_path}", "dataset=heart-disease", "objective=xe_mmd",
+                                               "ablation.set={objective.params.bandwidth_z: median}"])  # fmt: skip
+    assert ablation_dir(plain) == tmp_path / "ablations" / "heart-disease" / "xe_mmd"
+    assert ablation_dir(fixed) == ablation_dir(plain) / "objective.params.bandwidth_z=median"

@@ -4,7 +4,9 @@
 
 This is the controlled experiment behind a claim verdict: with everything else fixed at the best trial
 of the sweep (architecture, learning rate, bandwidths, ...), does the regulariser's weight (or any other
-key) move the claim's metric, and at what cost in NLL? Each value is trained on seeds
+key) move the claim's metric, and at what cost in NLL? ``ablation.set`` fixes further keys on top of the
+best trial (e.g. ``'+ablation.set={objective.params.bandwidth_z: median}'``, resolved like any config
+value), and its results go to a folder named after them. Each value is trained on seeds
 ``0 .. ablation.n_seeds-1`` (vectorised, as :mod:`kcal.seeds`) into
 ``<root>/ablations/<dataset>/<objective>/<key>=<value>/seeds/seed<k>/``; a value's finished seeds are
 skipped on a rerun. The aggregate is ``<root>/ablations/<dataset>/<objective>/<key>.csv`` (the tidy
@@ -28,7 +30,10 @@ from kcal.sweep import apply
 
 
 def ablation_dir(cfg: DictConfig) -> Path:
-    return Path(cfg.root) / "ablations" / cfg.dataset.name / str(cfg.objective.name)
+    """``<root>/ablations/<dataset>/<objective>``, plus one folder naming the ``ablation.set`` keys if any."""
+    out = Path(cfg.root) / "ablations" / cfg.dataset.name / str(cfg.objective.name)
+    fixed = OmegaConf.to_container(cfg.ablation.set) if cfg.ablation.set else {}
+    return out / ",".join(f"{k}={v}" for k, v in sorted(fixed.items())) if fixed else out
 
 
 def run_ablation(cfg: DictConfig) -> pd.DataFrame:
@@ -41,7 +46,8 @@ def run_ablation(cfg: DictConfig) -> pd.DataFrame:
             f"ablation.key={key} is not a key of the config (e.g. objective.weight, trainer.lr)"
         )
     best, info = best_config(cfg)
-    best = OmegaConf.create(OmegaConf.to_container(best, resolve=True))
+    fixed = OmegaConf.to_container(cfg.ablation.set) if cfg.ablation.set else {}
+    best = apply(OmegaConf.create(OmegaConf.to_container(best, resolve=True)), fixed)
     best.trainer.progress_bar = False
     seeds = list(range(int(cfg.ablation.n_seeds)))
     out = ablation_dir(cfg)
@@ -61,7 +67,7 @@ def run_ablation(cfg: DictConfig) -> pd.DataFrame:
         frames.append(summary)
     table = pd.concat(frames, ignore_index=True)
     table.to_csv(out / f"{key}.csv", index=False)
-    (out / "best_trial.txt").write_text(f"{info}\n")
+    (out / "best_trial.txt").write_text(f"{info}\nfixed on top of it: {fixed}\n")
     draw(table, key, list(cfg.ablation.metrics), out / key, f"{cfg.dataset.name} / {cfg.objective.name}")
     return table
 
