@@ -36,6 +36,7 @@ import os
 import shutil
 import socket
 import sqlite3
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -254,8 +255,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
         study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
     finally:
         optuna.logging.set_verbosity(verbosity)
-    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-        study._study_id, numbers[-1]))  # fmt: skip
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == numbers[-1])
 
 
 def metrics_task(cfg: DictConfig) -> str:
@@ -322,14 +322,22 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     if progress is None:
         progress = Progress(n_trials, "study", done=min(counted(study)[0], n_trials))
     poll = min(int(cfg.sweep.heartbeat_interval), 10)
+    waiting = False
     while True:
         fail_stale(study)
         finished, running = counted(study)
         if finished >= n_trials:
             break
         if finished + running >= n_trials:  # the other slots are held by running trials: wait for them
+            if not waiting:
+                grace = cfg.sweep.get("grace_period") or 2 * int(cfg.sweep.heartbeat_interval)
+                print(f"[{tag}] {finished}/{n_trials} finished; waiting for {running} trial(s) running elsewhere "
+                      f"(a dead worker's trial is retried {grace} s after its last heartbeat)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            waiting = True
             time.sleep(poll)
             continue
+        waiting = False
         trial = run_trial(cfg, study, space, sweep_dir / "trials")
         now, _ = counted(study)
         progress.advance(max(0, min(now, n_trials) - finished), f"[{tag}] {trial_line(cfg, trial, study)}")

@@ -13,6 +13,7 @@ machines on the same storage) count too. Each process trains with one torch thre
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -36,6 +37,16 @@ from kcal.sweep import (
     trial_line,
     write_best,
 )
+
+# one thread per worker process, BLAS/OpenMP included: oversubscribed cores run these small models
+# many times slower (README, "Speed")
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @dataclass
@@ -128,7 +139,9 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
         return None
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    saved = {k: os.environ.get(k) for k in ONE_THREAD_ENV}
+    os.environ.update(ONE_THREAD_ENV)  # read by the workers' libraries as they start
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker) as pool:
         try:
             while True:
                 release_seeds()
@@ -164,3 +177,9 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
