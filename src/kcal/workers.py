@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -106,6 +107,7 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
     seed_queue: deque = deque()
     chunks_left: Counter = Counter()
     futures: dict[Future, tuple] = {}
+    waiting = False
 
     def study_complete(key) -> bool:
         fail_stale(opened[key])
@@ -159,8 +161,14 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
                 if not futures:
                     if len(swept) == len(studies):
                         return
+                    if not waiting:
+                        left = ", ".join(f"{d}/{o}" for d, o in studies if (d, o) not in swept)
+                        print(f"waiting for trials running elsewhere ({left}); a dead worker's trial is retried "
+                              "once its heartbeat is older than sweep.grace_period", file=sys.stderr, flush=True)  # fmt: skip
+                    waiting = True
                     time.sleep(poll_s)  # the studies' last trials run elsewhere: wait for them
                     continue
+                waiting = False
                 done, _ = wait(list(futures), timeout=poll_s, return_when=FIRST_COMPLETED)
                 for fut in done:
                     kind, what, group = futures.pop(fut)
