@@ -14,6 +14,9 @@ export KCAL_DATA_DIR ?= $(abspath ../shared/datasets)
 
 # Profile of the reproduction: full (the paper: 100 trials, 50 seeds), quick, smoke (src/kcal/configs/profile/)
 PROFILE ?= full
+# Worker processes of a reproduction (empty: the CPU count; 1: one after the other)
+JOBS ?=
+JOBS_ARG := $(if $(JOBS),reproduce.jobs=$(JOBS),)
 
 install: $(STAMP)
 
@@ -35,10 +38,10 @@ data: install
 	$(PY) -m kcal.data
 
 reproduce-regression: install
-	$(PY) -m kcal.reproduce task=regression profile=$(PROFILE) $(ARGS)
+	$(PY) -m kcal.reproduce task=regression profile=$(PROFILE) $(JOBS_ARG) $(ARGS)
 
 reproduce-classification: install
-	$(PY) -m kcal.reproduce task=classification profile=$(PROFILE) $(ARGS)
+	$(PY) -m kcal.reproduce task=classification profile=$(PROFILE) $(JOBS_ARG) $(ARGS)
 
 bench: install
 	$(PY) -m kcal.bench $(ARGS)

@@ -43,3 +43,23 @@ def test_missing_datasets_are_replaced_by_synthetic_data_of_their_shape():
     n, d = bench.SYNTHETIC_SHAPES["superconductivity"]
     assert len(data.train) + len(data.val) + len(data.test) == n and data.train.x.shape[1] == d
     assert data.info.task == "regression" and data.info.sources["synthetic"]
+
+
+def test_estimate_on_n_workers_divides_the_work_down_to_the_serial_chain():
+    args = bench.parse(["--estimate-only", "--seeds", "50"])
+    e = bench.Estimate("crime", "nll", 1000, 100, single_epoch=0.05, single_fixed=2.0, vec_epoch=0.5,
+                       finalize=0.2, synthetic=False)  # fmt: skip
+    totals = [sum(e.hours(ep, args.trials, args.seeds)) for ep in args.protocol_epochs]
+    lines = bench.scaling([e], args, totals)
+    table = {
+        int(ln.split()[0]): [float(x) for x in ln.split()[1:]] for ln in lines if ln.split()[0].isdigit()
+    }
+    assert sorted(table) == [1, 2, 16, 64]
+    for i, ep in enumerate(args.protocol_epochs):
+        chain = e.chain_hours(ep, args.seeds)
+        assert table[1][i] == pytest.approx(totals[i], abs=0.05)
+        assert table[2][i] == pytest.approx(totals[i] / 2, abs=0.05)
+        assert (
+            table[64][i] == pytest.approx(max(totals[i] / 64, chain), abs=0.05)
+            and table[64][i] >= chain - 0.05
+        )

@@ -402,6 +402,11 @@ class Estimate:
         seed = epochs * self.vec_epoch + seeds * self.finalize
         return sweep / 3600, seed / 3600
 
+    def chain_hours(self, epochs: float, seeds: int) -> float:
+        """What stays serial however many workers: the study's last trial, then its seed rerun
+        (one vectorised chunk, which needs the study's best trial)."""
+        return (self.single_fixed + epochs * self.single_epoch) / 3600 + self.hours(epochs, 0, seeds)[1]
+
 
 def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Estimate:
     from kcal.run.stacked import Member, StackedTrainer
@@ -467,7 +472,27 @@ def format_estimate(estimates: list[Estimate], args) -> str:
     table.append(["TOTAL", "", "", "", "", "", ""] + [f"{t:.0f} h = {t / 24:.1f} days" for t in totals])
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + scaling(estimates, args, totals))
+
+
+def scaling(estimates: list[Estimate], args, totals: list[float]) -> list[str]:
+    """Whole-protocol hours on N worker processes (``reproduce.jobs=N`` or N cluster jobs on one study):
+    about max(work / N, longest serial chain), the pool keeping every worker busy while work remains."""
+    if not estimates:
+        return []
+    lines = [f"On N worker processes (one thread each, cores as fast as this one's): hours ~ max(total / N, "
+             f"longest chain); the chain, one trial then the {args.seeds}-seed rerun of one (dataset, objective), "
+             f"stays serial:"]  # fmt: skip
+    chains = []
+    for ep in args.protocol_epochs:
+        slowest = max(estimates, key=lambda e: e.chain_hours(ep, args.seeds))
+        chains.append(slowest.chain_hours(ep, args.seeds))
+        lines.append(f"  longest chain @{ep} ep: {chains[-1]:.2f} h ({slowest.dataset}/{slowest.objective})")
+    head = ["N workers"] + [f"h @{ep} ep" for ep in args.protocol_epochs]
+    rows = [head] + [[str(n)] + [f"{max(t / n, c):.1f}" for t, c in zip(totals, chains, strict=True)]
+                     for n in args.workers]  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return lines + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -498,6 +523,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--estimate-datasets", nargs="+", default=None, help="default: the paper's 10 datasets")
     ap.add_argument("--estimate-repeats", type=int, default=1, help="timings per estimate entry (median)")
     ap.add_argument("--trials", type=int, default=100)
+    ap.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2, 16, 64], help="worker counts of the estimate"
+    )
     ap.add_argument(
         "--protocol-epochs",
         type=int,

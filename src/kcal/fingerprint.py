@@ -41,7 +41,7 @@ SEEDS_FILE = "fingerprint.json"
 NOT_SHAPING = (  # config keys (and everything under them) that change no number of a run
     "seed", "root", "profile_name", "task", "hydra", "reproduce", "seeds", "seeds_run", "hparams_search",
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
-    "sweep.overwrite", "sweep.adopt", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce",
+    "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "trainer.csv_log",
     "figures", "save_checkpoint",
 )  # fmt: skip
 SEEDS_ONLY_NOT_SHAPING = ("sweep",)  # seed runs take their hyperparameters from the best trial

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kcal.sweep import COUNTED_FAILURES, STATUS
 from kcal.tables import (
     FLAVOURS,
     claims_summary,
@@ -61,7 +62,7 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
         dataset, objective = summary.study_name.split("__")[:2]
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         counted_fail = [t for t in trials if t.state == TrialState.FAIL
-                        and t.user_attrs.get("kcal_status") not in ("stale", "surplus")]  # fmt: skip
+                        and t.user_attrs.get(STATUS) in COUNTED_FAILURES]  # fmt: skip
         best = study.best_trial if complete else None
         starts = [t.datetime_start for t in trials if t.datetime_start]
         ends = [t.datetime_complete for t in trials if t.datetime_complete]

@@ -4,12 +4,15 @@ For every dataset of the task (skipping those whose files are not available, see
 for when that is an error: exit status 2 after the others have run) and every
 objective: a TPE sweep (:mod:`kcal.sweep`), then the best configuration over seeds
 (:mod:`kcal.seeds`); for regression also NLL+MMD with other numbers of forecast samples (Table 6).
+With ``reproduce.jobs`` > 1 (default: the CPU count) all of it runs on one pool of worker processes
+(:mod:`kcal.workers`); ``reproduce.jobs=1`` runs the stages one after the other in this process.
 Then all ``summary.csv`` files are collected into ``<root>/results.csv`` and the tables are written
 to ``<root>/tables/`` (:mod:`kcal.tables`). Each stage resumes, so an interrupted command continues.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,10 +25,12 @@ from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
 from kcal.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
+from kcal.progress import Progress
 from kcal.registry import PAPER_DATASETS as DATASETS
 from kcal.registry import PAPER_OBJECTIVES as OBJECTIVES
-from kcal.seeds import collect, run_seeds
-from kcal.sweep import sweep
+from kcal.seeds import chunk_units, chunks, collect, run_seeds, seed_dirs
+from kcal.sweep import counted, open_study, sweep
+from kcal.workers import Stage, run_pool
 
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
@@ -72,24 +77,52 @@ def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+def protocol_progress(runnable: list[Stage]) -> Progress:
+    """The protocol's work in sweep-trial units: every study's trials and every chunk of seeds."""
+    total = done = 0.0
+    for st in runnable:
+        if st.sweeps:
+            n = int(st.cfg.sweep.n_trials)
+            total += n
+            try:
+                done += min(n, counted(open_study(st.cfg, create=False))[0])
+            except KeyError:  # no study yet
+                pass
+        dirs = seed_dirs(st.cfg)
+        finished = sum((d / "metrics.json").is_file() for d in dirs.values())
+        total += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(dirs)))
+        done += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(range(finished))))
+    return Progress(total, "protocol", done=done)
+
+
 def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     root = Path(cfg.root)
     plan = stages(cfg)
     skipped = {}
     t0 = time.perf_counter()
-    for i, (ds, label, extra) in enumerate(plan, 1):
+    runnable = []
+    for ds, label, extra in plan:
         if ds not in skipped:
             reason = available(ds)
             if reason:
                 skipped[ds] = reason
                 print(f"[not run] {ds}: {getattr(reason, 'reason', reason)}", file=sys.stderr)
-        if ds in skipped:
-            continue
-        print(f"[{i}/{len(plan)}] {ds} / {label}  ({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr)
-        pair = hydra.compose("seeds", overrides=[*user_overrides, f"dataset={ds}", *extra])
-        if "@" not in label:
-            sweep(pair)
-        run_seeds(pair)
+        if ds not in skipped:
+            pair = hydra.compose("seeds", overrides=[*user_overrides, f"dataset={ds}", *extra])
+            runnable.append(Stage(ds, label, pair, sweeps="@" not in label))
+    jobs = int(cfg.reproduce.jobs or os.cpu_count() or 1)
+    progress = protocol_progress(runnable)
+    print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es); {progress.status()}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    if jobs == 1:  # one process: the stages in order, each sweep then its seeds
+        for i, st in enumerate(runnable, 1):
+            print(f"[{i}/{len(runnable)}] {st.dataset} / {st.label}  ({time.perf_counter() - t0:.0f} s so far)",
+                  file=sys.stderr)  # fmt: skip
+            if st.sweeps:
+                sweep(st.cfg, progress)
+            run_seeds(st.cfg, progress)
+    else:
+        run_pool(runnable, jobs, progress)
     results = collect(root)
     results_csv = root / "results.csv"
     root.mkdir(parents=True, exist_ok=True)

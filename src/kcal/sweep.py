@@ -11,13 +11,22 @@
   orders exactly by accuracy first, then lower ECE), maximised.
 * A diverged run or an invalid sampled config (e.g. a batch larger than the training split) is stored
   as a failed trial with its reason, and the sweep goes on.
-* A worker killed mid-trial leaves a RUNNING trial behind; the next worker on the same host that
-  finds its process gone marks it failed as ``stale`` and re-queues its parameters. Stale trials and
-  surplus trials (two workers racing for the last slot) are not counted as finished.
+* A worker killed mid-trial, on any machine, stops sending its trial's heartbeat (Optuna's
+  ``heartbeat_interval``); once ``grace_period`` has passed, any worker on the study fails that trial
+  and Optuna's retry callback re-queues its parameters, which the next free worker runs. A trial
+  left behind this way, and a surplus trial (two workers racing for the last slot), is not counted.
+  A worker whose remaining slots are all held by running trials waits for them (or for their
+  heartbeats to go stale), so ``sweep`` returns with the study complete.
+* Several workers: TPE with ``constant_liar`` (running trials count as bad results while they run),
+  and worker ``w`` seeds its sampler with ``sampler_seed + w``. The embedded SQLite file is opened in
+  WAL mode with a 60 s busy timeout (``scripts/bench_storage.py`` measures it against Optuna's
+  journal file storage, which has no heartbeats); a server URL serves several machines.
+* One line per finished trial on stderr, whether or not it is a terminal.
 
 Why not hydra-optuna-sweeper: its stable release pins optuna<3 and fails with SQLAlchemy 2, and a
-Hydra sweeper cannot resume a study or share it between independently started workers. ``hydra -m``
-grid sweeps still work through ``kcal.train``.
+Hydra sweeper cannot resume a study or share it between independently started workers. Hydra
+launchers still start the workers: ``python -m kcal.sweep -m hydra/launcher=submitit_slurm
+sweep.worker=0,1,2,3 sweep.storage=postgresql://...`` runs four jobs on one study.
 """
 
 from __future__ import annotations
@@ -26,23 +35,28 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import hydra
 import optuna
+import sqlalchemy.exc
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
-from tqdm.auto import tqdm
 
 from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
 from kcal.fingerprint import check_study, stamp_study
+from kcal.progress import Progress
 from kcal.run import run
 
-STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "stale" | "surplus"
-NOT_COUNTED = ("stale", "surplus")
+STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
+COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
+SQLITE_TIMEOUT_S = 60
 
 
 class TrialFailed(Exception):
@@ -57,18 +71,66 @@ def storage_url(cfg: DictConfig) -> str:
     return f"sqlite:///{(root / 'sweeps.db').resolve()}"
 
 
-def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
+def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
+    """The study's database with heartbeats and the retry of stale trials; SQLite in WAL mode.
+
+    Several processes that open a new SQLite file at the same moment race to create Optuna's schema
+    (one fails with a UNIQUE constraint or "table already exists" error); the schema then exists,
+    so opening it again succeeds.
+    """
     url = storage_url(cfg)
-    storage = optuna.storages.RDBStorage(
-        url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    )
+    engine_kwargs = {}
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        con = sqlite3.connect(url[len("sqlite:///") :], timeout=SQLITE_TIMEOUT_S)
+        try:  # WAL: readers never block the writer; the mode is stored in the file
+            con.execute("PRAGMA journal_mode=WAL")
+        finally:
+            con.close()
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    grace = cfg.sweep.get("grace_period")
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental"
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=int(cfg.sweep.heartbeat_interval),
+                    grace_period=int(grace) if grace else None,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=int(cfg.sweep.max_retry)
+                    ),
+                )
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+            if attempt == 2:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
+    storage = open_storage(cfg)
     sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
-                                         n_startup_trials=int(cfg.sweep.n_startup_trials))  # fmt: skip
+                                         n_startup_trials=int(cfg.sweep.n_startup_trials),
+                                         constant_liar=True)  # fmt: skip
     direction = "minimize" if get_spec(cfg.dataset.name).task == "regression" else "maximize"
     if create:
         return optuna.create_study(study_name=cfg.sweep.study_name, storage=storage, sampler=sampler,
                                    direction=direction, load_if_exists=True)  # fmt: skip
     return optuna.load_study(study_name=cfg.sweep.study_name, storage=storage, sampler=sampler)
+
+
+def open_checked_study(cfg: DictConfig) -> optuna.Study:
+    """:func:`open_study`, refused (:mod:`kcal.fingerprint`) when the study was made with another config;
+    with ``sweep.overwrite=true`` such a study and its trial folders are deleted and started again."""
+    space = search_space(cfg)
+    study = open_study(cfg)
+    if check_study(study, cfg, space):
+        optuna.delete_study(study_name=study.study_name, storage=storage_url(cfg))
+        shutil.rmtree(Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep", ignore_errors=True)
+        study = open_study(cfg)
+        stamp_study(study, cfg, space)
+    return study
 
 
 def train_rows(cfg: DictConfig) -> int:
@@ -136,78 +198,81 @@ def trial_value(metrics: dict, task: str, n_val: int) -> float:
 
 
 def counted(study: optuna.Study) -> tuple[int, int]:
-    """(finished trials that count towards n_trials, trials running now)."""
+    """(finished trials that count towards n_trials, trials running now).
+
+    Counted: completed trials and trials that failed for a reason of their own (diverged, invalid
+    config), unless Optuna's retry callback re-queued them (a stale heartbeat: the worker died).
+    """
     trials = study.get_trials(deepcopy=False)
-    finished = sum(t.state.is_finished() and t.user_attrs.get(STATUS) not in NOT_COUNTED for t in trials)
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+    finished = sum(
+        t.number not in retried
+        and (
+            t.state == TrialState.COMPLETE
+            or (t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in COUNTED_FAILURES)
+        )
+        for t in trials
+    )
     running = sum(t.state == TrialState.RUNNING for t in trials)
     return finished, running
 
 
-def reclaim_stale(study: optuna.Study) -> int:
-    """Fail RUNNING trials of dead processes on this host and re-queue their parameters."""
-    host, n = socket.gethostname(), 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get("host") != host or _alive(t.user_attrs.get("pid")):
-            continue
-        study._storage.set_trial_user_attr(t._trial_id, STATUS, "stale")
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        study.enqueue_trial(t.params, user_attrs={"retry_of": t.number}, skip_if_exists=False)
-        n += 1
-    return n
+def fail_stale(study: optuna.Study) -> None:
+    """Fail the running trials whose heartbeat stopped; the storage's callback re-queues them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
 
 
-def _alive(pid) -> bool:
-    if pid is None:
-        return False
+def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path) -> optuna.trial.FrozenTrial:
+    """Ask, train, tell: one trial, stored as complete or failed with its reason (Optuna's
+    ``optimize`` of one trial, which keeps the trial's heartbeat while it trains)."""
+    numbers = []
+
+    def objective(trial: optuna.Trial) -> float:
+        numbers.append(trial.number)
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("pid", os.getpid())
+        finished, _ = counted(study)
+        earlier_running = sum(t.state == TrialState.RUNNING and t.number < trial.number
+                              for t in study.get_trials(deepcopy=False))  # fmt: skip
+        if finished + earlier_running >= int(cfg.sweep.n_trials):
+            trial.set_user_attr(STATUS, "surplus")
+            raise TrialFailed("surplus: the study already has its trials")
+        params = sample(trial, space)
+        out = trial_dir / f"trial_{trial.number:04d}"
+        trial_cfg = apply(cfg, params)
+        trial_cfg.trainer.progress_bar = False
+        trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
+        trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
+        trial_cfg.trainer.csv_log = False  # Lightning's csv/metrics.csv repeats history.csv
+        trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
+        trial.set_user_attr("run_dir", str(out))
+        try:
+            metrics = run(trial_cfg, out)
+            if metrics["status"] != "ok":
+                raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
+            value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
+        except (TrialFailed, ConfigError) as exc:
+            trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
+            trial.set_user_attr("fail_reason", str(exc))
+            raise TrialFailed(str(exc)) from exc
+        finally:
+            if not cfg.sweep.keep_checkpoints:
+                shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        for key in ("val/nll", "val/acc", "val/ece", "epochs", "best_epoch"):
+            if key in metrics:
+                trial.set_user_attr(key, metrics[key])
+        trial.set_user_attr(STATUS, "ok")
+        return value
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is reported by the progress line
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path) -> None:
-    """Ask, train, tell: one trial, stored as complete or failed with its reason."""
-    trial = study.ask()
-    trial.set_user_attr("host", socket.gethostname())
-    trial.set_user_attr("pid", os.getpid())
-    finished, _ = counted(study)
-    earlier_running = sum(
-        t.state == TrialState.RUNNING and t.number < trial.number for t in study.get_trials(deepcopy=False)
-    )
-    if finished + earlier_running >= int(cfg.sweep.n_trials):
-        trial.set_user_attr(STATUS, "surplus")
-        study.tell(trial, state=TrialState.FAIL)
-        return
-    params = sample(trial, space)
-    out = trial_dir / f"trial_{trial.number:04d}"
-    trial_cfg = apply(cfg, params)
-    trial_cfg.trainer.progress_bar = False
-    trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
-    trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
-    trial_cfg.trainer.csv_log = False  # Lightning's csv/metrics.csv repeats history.csv
-    trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
-    trial.set_user_attr("run_dir", str(out))
-    try:
-        metrics = run(trial_cfg, out)
-        if metrics["status"] != "ok":
-            raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
-        value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
-    except (TrialFailed, ConfigError) as exc:
-        trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
-        trial.set_user_attr("fail_reason", str(exc))
-        study.tell(trial, state=TrialState.FAIL)
-        return
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
     finally:
-        if not cfg.sweep.keep_checkpoints:
-            shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    for key in ("val/nll", "val/acc", "val/ece", "epochs", "best_epoch"):
-        if key in metrics:
-            trial.set_user_attr(key, metrics[key])
-    trial.set_user_attr(STATUS, "ok")
-    study.tell(trial, value)
+        optuna.logging.set_verbosity(verbosity)
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == numbers[-1])
 
 
 def metrics_task(cfg: DictConfig) -> str:
@@ -231,7 +296,7 @@ def no_usable_trial(study: optuna.Study) -> str:
     """Why a study has no completed trial, and what to change."""
     failed: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished() and t.user_attrs.get(STATUS) not in NOT_COUNTED:
+        if t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in COUNTED_FAILURES:
             failed.setdefault(t.user_attrs.get(STATUS, t.state.name.lower()), []).append(t)
     dataset, objective = (study.study_name.split("__") + ["<dataset>", "<objective>"])[:2]
     if not failed:
@@ -263,40 +328,66 @@ def write_best(study: optuna.Study, sweep_dir: Path) -> Path:
     return path
 
 
-def sweep(cfg: DictConfig) -> optuna.Study:
-    """Run trials until the study holds ``n_trials`` finished ones; return the study."""
+def trial_line(cfg: DictConfig, trial: optuna.trial.FrozenTrial, study: optuna.Study) -> str:
+    """``trial 37/100 done in 41 s, val_nll -0.71, best -0.78`` (or the reason it failed)."""
+    finished, _ = counted(study)
+    seconds = (
+        (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
+    )
+    if trial.state == TrialState.COMPLETE:
+        name = "val_nll" if metrics_task(cfg) == "regression" else "val_acc"
+        result = f"{name} {trial.value:.4g}"
+    else:
+        result = (
+            f"{trial.user_attrs.get(STATUS, 'failed')}: {trial.user_attrs.get('fail_reason', '')}".rstrip(
+                ": "
+            )
+        )
+    best = best_value(study)
+    return (f"trial {min(finished, int(cfg.sweep.n_trials))}/{cfg.sweep.n_trials} (#{trial.number}) done in "
+            f"{seconds:.0f} s, {result}, best {'-' if best is None else f'{best:.4g}'}")  # fmt: skip
+
+
+def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
+    """Run trials until the study holds ``n_trials`` finished ones; return the study.
+
+    ``progress``: the whole run's progress (e.g. the reproduction's); default: this study's.
+    """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = search_space(cfg)
-    study = open_study(cfg)
+    study = open_checked_study(cfg)
     sweep_dir = Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
-    if check_study(study, cfg, space):  # kcal.fingerprint: made with another config, and sweep.overwrite=true
-        optuna.delete_study(study_name=study.study_name, storage=study._storage)
-        shutil.rmtree(sweep_dir, ignore_errors=True)
-        study = open_study(cfg)
-        stamp_study(study, cfg, space)
-    reclaimed = reclaim_stale(study)
     n_trials = int(cfg.sweep.n_trials)
-    finished, _ = counted(study)
-    if reclaimed:
-        print(f"re-queued {reclaimed} trial(s) left running by a killed worker", file=sys.stderr)
-    bar = tqdm(total=n_trials, initial=min(finished, n_trials), desc=f"sweep {cfg.sweep.study_name}",
-               disable=not sys.stderr.isatty() and os.environ.get("KCAL_PROGRESS") != "1")  # fmt: skip
+    tag = f"{cfg.dataset.name}/{cfg.objective.name}"
+    if progress is None:
+        progress = Progress(n_trials, "study", done=min(counted(study)[0], n_trials))
+    poll = min(int(cfg.sweep.heartbeat_interval), 10)
+    waiting = False
     while True:
+        fail_stale(study)
         finished, running = counted(study)
-        bar.n = min(finished, n_trials)
-        best = _best_value(study)
-        bar.set_postfix_str(f"best={best:.4g}" if best is not None else "best=-")
-        bar.refresh()
-        if finished + running >= n_trials:
+        if finished >= n_trials:
             break
-        run_trial(cfg, study, space, sweep_dir / "trials")
-    bar.close()
-    if _best_value(study) is not None:
+        if finished + running >= n_trials:  # the other slots are held by running trials: wait for them
+            if not waiting:
+                grace = cfg.sweep.get("grace_period") or 2 * int(cfg.sweep.heartbeat_interval)
+                print(f"[{tag}] {finished}/{n_trials} finished; waiting for {running} trial(s) running elsewhere "
+                      f"(a dead worker's trial is retried {grace} s after its last heartbeat)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            waiting = True
+            time.sleep(poll)
+            continue
+        waiting = False
+        trial = run_trial(cfg, study, space, sweep_dir / "trials")
+        now, _ = counted(study)
+        progress.advance(max(0, min(now, n_trials) - finished), f"[{tag}] {trial_line(cfg, trial, study)}")
+    if best_value(study) is not None:
         write_best(study, sweep_dir)
     return study
 
 
-def _best_value(study: optuna.Study):
+def best_value(study: optuna.Study) -> float | None:
+    """The best value so far; None while the study has no completed trial."""
     try:
         return study.best_value
     except ValueError:
@@ -308,7 +399,7 @@ def _best_value(study: optuna.Study):
 def main(cfg: DictConfig) -> None:
     study = sweep(cfg)
     finished, running = counted(study)
-    best = _best_value(study)
+    best = best_value(study)
     if best is None and finished:
         raise IncompleteError(no_usable_trial(study))
     print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); best value "

@@ -1,0 +1,194 @@
+"""One pool of worker processes for a whole reproduction (``reproduce.jobs``).
+
+The pool is :class:`concurrent.futures.ProcessPoolExecutor`; each task is one sweep trial or one
+chunk of seed reruns, so no process idles while work remains. The parent only decides what to
+submit next: a study's seed reruns (and Table 6's sample-size reruns of the same study) as soon as
+the study holds its ``n_trials`` finished trials, otherwise one more trial of the first study (in the
+plan's order) that still has a free slot. The slots themselves are Optuna's: a worker that finds the
+study full marks its trial surplus (see :mod:`kcal.sweep`), and trials of workers elsewhere (other
+machines on the same storage) count too. Each process trains with one torch thread
+(``trainer.num_threads``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter, deque
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+from omegaconf import DictConfig, OmegaConf
+
+from kcal.progress import Progress
+from kcal.seeds import chunk_line, chunk_units, chunks, prepare, seed_dirs, summarize, train_seeds
+from kcal.sweep import (
+    COUNTED_FAILURES,
+    STATUS,
+    best_value,
+    counted,
+    fail_stale,
+    open_checked_study,
+    open_study,
+    run_trial,
+    search_space,
+    trial_line,
+    write_best,
+)
+
+# one thread per worker process, BLAS/OpenMP included: oversubscribed cores run these small models
+# many times slower (README, "Speed")
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@dataclass
+class Stage:
+    """One seed rerun of the plan; ``sweeps``: it also owns the sweep of its (dataset, objective)."""
+
+    dataset: str
+    label: str
+    cfg: DictConfig
+    sweeps: bool
+    pending: list[list[int]] = field(default_factory=list)
+
+    @property
+    def study_key(self) -> tuple[str, str]:
+        return self.dataset, str(self.cfg.seeds_run.best_from)
+
+
+def sweep_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
+
+
+# ------------------------------------------------------------------------------------------------
+# tasks (run in the pool's processes; plain containers in and strings out, so they pickle)
+# ------------------------------------------------------------------------------------------------
+def trial_task(cfg_container: dict, worker: int) -> tuple[str, int]:
+    """One trial of the study; (progress line, 1 if it counts towards n_trials else 0)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = OmegaConf.create(cfg_container)
+    cfg.sweep.worker = worker
+    study = open_study(cfg)
+    trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg) / "trials")
+    counts = (
+        trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
+    )
+    return f"[{cfg.dataset.name}/{cfg.objective.name}] {trial_line(cfg, trial, study)}", int(counts)
+
+
+def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> str:
+    """Train one chunk of seeds; the progress line."""
+    base, cfg = OmegaConf.create(base_container), OmegaConf.create(cfg_container)
+    dirs = seed_dirs(cfg)
+    t0 = time.perf_counter()
+    train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
+    return chunk_line(cfg, seeds, time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the parent: what to submit next
+# ------------------------------------------------------------------------------------------------
+def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float = 5.0) -> None:
+    """Run every stage's sweep trials and seed chunks on ``jobs`` processes; return when all are done."""
+    studies = {s.study_key: s.cfg for s in stages if s.sweeps}
+    opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
+    containers = {key: OmegaConf.to_container(cfg, resolve=True) for key, cfg in studies.items()}
+    swept: set[tuple[str, str]] = set()
+    in_flight: Counter = Counter()
+    seed_queue: deque = deque()
+    chunks_left: Counter = Counter()
+    futures: dict[Future, tuple] = {}
+    waiting = False
+
+    def study_complete(key) -> bool:
+        fail_stale(opened[key])
+        return counted(opened[key])[0] >= int(studies[key].sweep.n_trials)
+
+    def release_seeds() -> None:
+        for key in studies:
+            if key in swept or in_flight[key] or not study_complete(key):
+                continue
+            swept.add(key)
+            if best_value(opened[key]) is not None:
+                write_best(opened[key], sweep_dir(studies[key]))
+            for st in stages:
+                if st.study_key != key:
+                    continue
+                base, pending = prepare(st.cfg)
+                base_c, cfg_c = OmegaConf.to_container(base), OmegaConf.to_container(st.cfg, resolve=True)
+                groups = chunks(st.cfg, pending)
+                chunks_left[id(st)] = len(groups)
+                seed_queue.extend((st, base_c, cfg_c, g) for g in groups)
+                if not groups:
+                    summarize(st.cfg)
+
+    def next_trial():
+        for key in studies:
+            if key in swept:
+                continue
+            finished, running = counted(opened[key])
+            if finished + max(running, in_flight[key]) < int(studies[key].sweep.n_trials):
+                return key
+        return None
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
+    saved = {k: os.environ.get(k) for k in ONE_THREAD_ENV}
+    os.environ.update(ONE_THREAD_ENV)  # read by the workers' libraries as they start
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker) as pool:
+        try:
+            while True:
+                release_seeds()
+                while len(futures) < jobs:
+                    if seed_queue:
+                        st, base_c, cfg_c, group = seed_queue.popleft()
+                        futures[pool.submit(seeds_task, base_c, cfg_c, group)] = ("seeds", st, group)
+                        continue
+                    key = next_trial()
+                    if key is None:
+                        break
+                    worker = len(opened[key].get_trials(deepcopy=False)) + in_flight[key]
+                    futures[pool.submit(trial_task, containers[key], worker)] = ("trial", key, None)
+                    in_flight[key] += 1
+                if not futures:
+                    if len(swept) == len(studies):
+                        return
+                    if not waiting:
+                        left = ", ".join(f"{d}/{o}" for d, o in studies if (d, o) not in swept)
+                        print(f"waiting for trials running elsewhere ({left}); a dead worker's trial is retried "
+                              "once its heartbeat is older than sweep.grace_period", file=sys.stderr, flush=True)  # fmt: skip
+                    waiting = True
+                    time.sleep(poll_s)  # the studies' last trials run elsewhere: wait for them
+                    continue
+                waiting = False
+                done, _ = wait(list(futures), timeout=poll_s, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    kind, what, group = futures.pop(fut)
+                    if kind == "trial":
+                        in_flight[what] -= 1
+                        line, counts = fut.result()
+                        progress.advance(counts, line)
+                    else:
+                        line = fut.result()
+                        progress.advance(chunk_units(len(group)), line)
+                        chunks_left[id(what)] -= 1
+                        if chunks_left[id(what)] == 0:
+                            summarize(what.cfg)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
