@@ -1,4 +1,4 @@
-"""Paper-style result tables, paper-vs-ours comparisons and claim verdicts (issue 5 §4).
+"""Paper-style result tables, paper-vs-ours comparisons and claim verdicts.
 
 Input is the tidy CSV written by the seed runner, one row per aggregated cell::
 
