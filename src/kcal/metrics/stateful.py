@@ -99,38 +99,35 @@ class DecisionCalibrationError(_RegressionMetric):
         return torch.sqrt(((1.0 - a) - (1.0 - p)) ** 2 + (a - p) ** 2)
 
 
-class CRPS(_RegressionMetric):
+class _RowMean(_RegressionMetric):
+    """The mean over every row seen of a per-row score ``per_row(forecast, y, reduction="none")``."""
+
+    per_row = None  # set by subclasses: a function of (forecast, y, reduction=...)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_state("total", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
+        self.add_state("n", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
+
+    def update(self, forecast, y, x=None) -> None:
+        values = self.per_row(forecast, y, reduction="none").detach()
+        self.total += values.sum().to(_F64)
+        self.n += values.shape[0]
+
+    def compute(self) -> Tensor:
+        return self.total / self.n
+
+
+class CRPS(_RowMean):
     """Mean closed-form CRPS of Gaussian forecasts, in target units (see ``crps``)."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.add_state("total", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
-        self.add_state("n", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
-
-    def update(self, forecast, y, x=None) -> None:
-        values = crps(forecast, y, reduction="none").detach()
-        self.total += values.sum().to(_F64)
-        self.n += values.shape[0]
-
-    def compute(self) -> Tensor:
-        return self.total / self.n
+    per_row = staticmethod(crps)
 
 
-class NegativeLogLikelihood(_RegressionMetric):
+class NegativeLogLikelihood(_RowMean):
     """Mean ``-forecast.log_prob(y)`` in nats (see ``nll``)."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.add_state("total", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
-        self.add_state("n", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
-
-    def update(self, forecast, y, x=None) -> None:
-        values = nll(forecast, y, reduction="none").detach()
-        self.total += values.sum().to(_F64)
-        self.n += values.shape[0]
-
-    def compute(self) -> Tensor:
-        return self.total / self.n
+    per_row = staticmethod(nll)
 
 
 class KernelCalibrationError(_RegressionMetric):
