@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
-from kcal.report import GENERATED, check, main, publish
+from kcal.report import GENERATED, check, data_dir, main, publish, report_info
 
 from .data.conftest import mirror_has
 
@@ -34,10 +34,11 @@ def smoke_root(tmp_path_factory):
 
 @needs_crime
 def test_publish_then_check_and_hand_written_text_survives(smoke_root, tmp_path):
-    dest = tmp_path / "report"
-    publish(smoke_root, dest)
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
     assert check(dest) == []
-    studies = pd.read_csv(dest / "studies.csv")
+    assert not list(dest.rglob("*.csv")), "the report's numbers live in its data folder, not among the documents"
+    studies = pd.read_csv(data / "studies.csv")
     assert set(studies["objective"]) == {"nll", "nll_mmd"} and set(studies["complete"]) == {1}
     assert json.loads((dest / "best" / "crime__nll_mmd.json").read_text())["params"]
     text = (dest / "RESULTS.md").read_text()
@@ -45,21 +46,26 @@ def test_publish_then_check_and_hand_written_text_survives(smoke_root, tmp_path)
     assert {"claims", "studies", "dataset:crime"} <= set(names)
     # hand-written analysis outside the blocks is kept when the report is regenerated
     (dest / "RESULTS.md").write_text("Our analysis, by hand.\n\n" + text)
-    publish(smoke_root, dest)
+    publish(smoke_root, dest, data=data)
     assert (dest / "RESULTS.md").read_text().startswith("Our analysis, by hand.")
     assert check(dest) == []
     # a number edited in the committed CSV makes every derived file stale
-    results = pd.read_csv(dest / "results.csv")
+    results = pd.read_csv(data / "results.csv")
     results.loc[results["metric"] == "qce", "mean"] += 1.0
-    results.to_csv(dest / "results.csv", index=False)
+    results.to_csv(data / "results.csv", index=False)
     stale = check(dest)
     assert {"RESULTS.md", "comparison_exact.md", "claims.md"} <= set(stale)
     assert main(["--check", str(dest)]) == 1
 
 
 def test_committed_reports_match_their_results_csv():
-    """Each docs/results/<profile>/ equals what kcal.tables and kcal.report regenerate from its CSVs."""
-    for dest in sorted(p.parent for p in DOCS.glob("*/results.csv")):
+    """Each docs/results/<profile>/ equals what kcal.tables and kcal.report regenerate from its CSVs,
+    which are the package's published numbers for that profile."""
+    reports = sorted(p.parent for p in DOCS.glob("*/report.json"))
+    assert reports, f"no published report under {DOCS}"
+    for dest in reports:
+        profile, data = report_info(dest)
+        assert data == data_dir(profile).resolve() and (data / "results.csv").is_file()
         assert check(dest) == [], f"{dest}: regenerate with python -m kcal.report"
 
 

@@ -1,13 +1,20 @@
 """Publish a reproduction into the repository: ``python -m kcal.report <root> <dest>``.
 
-``<dest>`` (e.g. ``docs/results/full``) receives
+A published reproduction is two folders. Its **numbers** are package data beside the paper's own
+(``kcal/resources/paper_tables.csv``), in ``kcal/resources/results/<profile>/`` (:func:`data_dir`;
+``--data`` to choose another), so they ship with kcal and no data file sits among the documents:
 
 * ``results.csv``: the reproduction's tidy results, copied from ``<root>/results.csv``;
-* every file :func:`kcal.tables.write_tables` writes from it (LaTeX tables per flavour,
-  ``comparison_{exact,official}.{md,csv}``, ``claims.md``);
-* ``report.json``: the profile that produced the results (stated in every caption and verdict);
 * ``studies.csv``: per sweep study, the trials by status, the best trial, its parameters and value,
-  and when the study and its seed reruns ran (read from the Optuna storage and the seed directories);
+  and when the study and its seed reruns ran (read from the Optuna storage and the seed directories).
+
+Its **report**, ``<dest>`` (e.g. ``docs/results/full``), is everything a reader opens, all derived:
+
+* every file :func:`kcal.tables.write_tables` writes from ``results.csv`` except its CSVs (LaTeX tables
+  per flavour, ``comparison_{exact,official}.md``, ``claims.md``);
+* ``report.json``: the profile that produced the results (stated in every caption and verdict) and
+  where the numbers are, relative to ``<dest>``;
+* ``best/<dataset>__<objective>.json``: each study's best trial and its parameters;
 * ``RESULTS.md``: hand-written analysis around generated blocks. A generated block sits between
   ``<!-- kcal.report:NAME -->`` and ``<!-- /kcal.report -->`` and is rewritten from ``results.csv`` and
   ``studies.csv`` on every publish; the text outside the blocks is kept as it is.
@@ -21,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
 import tempfile
 from datetime import datetime, timezone
+from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -171,30 +180,48 @@ def template(generated: dict[str, str]) -> str:
 
 
 # ---- publish and check ----------------------------------------------------------------------------
+def data_dir(profile: str) -> Path:
+    """Where kcal keeps the published numbers of a ``profile`` reproduction (package data)."""
+    return Path(str(resources.files("kcal.resources"))) / "results" / profile
+
+
+def report_info(dest: Path) -> tuple[str, Path]:
+    """(profile, folder of results.csv and studies.csv) of the report in ``dest``."""
+    info = json.loads((dest / "report.json").read_text())
+    return info["profile"], (dest / info["data"]).resolve()
+
+
 def render(dest: Path, out: Path) -> None:
-    """Everything derived from ``dest``'s results.csv, studies.csv and report.json, written into ``out``."""
-    results = load_results(dest / "results.csv")
-    studies = pd.read_csv(dest / "studies.csv")
-    profile = json.loads((dest / "report.json").read_text())["profile"]
-    write_tables(dest / "results.csv", out, echo_claims=False, profile=profile)
+    """Everything derived from ``dest``'s report.json and the CSVs it points to, written into ``out``."""
+    profile, data = report_info(dest)
+    results = load_results(data / "results.csv")
+    studies = pd.read_csv(data / "studies.csv")
+    write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
     generated = blocks(results, studies, profile)
     existing = dest / "RESULTS.md"
     text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
     (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
 
 
-def publish(root: Path, dest: Path, storage: str | None = None, profile: str | None = None) -> list[Path]:
-    """Copy ``root``'s results into ``dest`` and regenerate every derived file (``profile``: the
-    reproduction profile, by default the root's folder name, as in ``outputs/reproduce/<profile>``)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "report.json").write_text(json.dumps({"profile": profile or root.name}) + "\n")
+def publish(
+    root: Path, dest: Path, storage: str | None = None, profile: str | None = None, data: Path | None = None
+) -> list[Path]:
+    """Copy ``root``'s results into ``data`` (default :func:`data_dir`) and regenerate every derived file
+    in ``dest`` (``profile``: the reproduction profile, by default the root's folder name, as in
+    ``outputs/reproduce/<profile>``). Returns the files written."""
+    profile = profile or root.name
+    data = Path(data) if data is not None else data_dir(profile)
     src = root / "results.csv"
     if not src.is_file():
         raise SystemExit(
             f"kcal.report: {src} not found; run the reproduction (python -m kcal.reproduce) first"
         )
-    shutil.copyfile(src, dest / "results.csv")
-    study_rows(root, storage).to_csv(dest / "studies.csv", index=False)
+    dest.mkdir(parents=True, exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
+    link = Path(os.path.relpath(data.resolve(), dest.resolve())).as_posix()
+    (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
+    shutil.copyfile(src, data / "results.csv")
+    study_rows(root, storage).to_csv(data / "studies.csv", index=False)
     for best in sorted(root.glob("*/*/sweep/best.json")):
         target = dest / "best" / f"{best.parents[2].name}__{best.parents[1].name}.json"
         target.parent.mkdir(exist_ok=True)
@@ -203,7 +230,7 @@ def publish(root: Path, dest: Path, storage: str | None = None, profile: str | N
             json.dumps({k: info[k] for k in ("study", "trial", "value", "params")}, indent=1) + "\n"
         )
     render(dest, dest)
-    return sorted(p for p in dest.rglob("*") if p.is_file())
+    return sorted(p for folder in (data, dest) for p in folder.rglob("*") if p.is_file())
 
 
 def check(dest: Path) -> list[str]:
@@ -220,20 +247,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dest", type=Path, help="where the report lives, e.g. docs/results/full")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
     p.add_argument("--profile", help="the reproduction's profile (default: the root's folder name)")
+    p.add_argument("--data", type=Path, help="where results.csv and studies.csv go "
+                   "(default: kcal/resources/results/<profile>)")  # fmt: skip
     p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
     args = p.parse_args(argv)
     if args.check:
         stale = check(args.dest)
         if stale:
-            print(f"kcal.report: {', '.join(stale)} in {args.dest} differ from what results.csv/studies.csv "
+            print(f"kcal.report: {', '.join(stale)} in {args.dest} differ from what its results.csv/studies.csv "
                   f"give; run `python -m kcal.report <root> {args.dest}` to regenerate", file=sys.stderr)  # fmt: skip
             return 1
         print(f"kcal.report: {args.dest} matches its results.csv and studies.csv")
         return 0
     if args.root is None:
         p.error("give the reproduction root (or --check)")
-    files = publish(args.root, args.dest, args.storage, args.profile)
-    print(f"kcal.report: {len(files)} files in {args.dest}; edit the analysis in {args.dest / 'RESULTS.md'} "
+    files = publish(args.root, args.dest, args.storage, args.profile, args.data)
+    print(f"kcal.report: {len(files)} files in {args.dest} and its data folder; edit the analysis in {args.dest / 'RESULTS.md'} "
           "outside the generated blocks")  # fmt: skip
     return 0
 

@@ -729,10 +729,15 @@ def _flavours(results: pd.DataFrame) -> list[str]:
 
 
 def write_tables(
-    results_csv: Path | str, out_dir: Path | str, echo_claims: bool = True, profile: str | None = None
+    results_csv: Path | str,
+    out_dir: Path | str,
+    echo_claims: bool = True,
+    profile: str | None = None,
+    csv: bool = True,
 ) -> dict[str, Path]:
     """Write every table, comparison and the claims file; return ``{name: path}``. Every caption and
-    the claims state ``profile`` (the reproduction profile that produced ``results_csv``).
+    the claims state ``profile`` (the reproduction profile that produced ``results_csv``). Without
+    ``csv`` the comparisons are written as Markdown only.
 
     With ``echo_claims`` the claims summary is also printed, so every command that ends a
     reproduction (``kcal.reproduce``, ``kcal.tables``) shows it."""
@@ -766,7 +771,8 @@ def write_tables(
         put(f"tables_{fl}", f"tables_{fl}.tex", STANDALONE_PREAMBLE + "\n".join(texs) + "\\end{document}\n")
         comp = comparison_frame(results, fl)
         put(f"comparison_{fl}_md", f"comparison_{fl}.md", comparison_markdown(comp, fl))
-        put(f"comparison_{fl}_csv", f"comparison_{fl}.csv", comp.to_csv(index=False, float_format="%.6g"))
+        if csv:
+            put(f"comparison_{fl}_csv", f"comparison_{fl}.csv", comp.to_csv(index=False, float_format="%.6g"))
     put("claims", "claims.md", claims_markdown(results, flavours, profile))
     if echo_claims:
         print(f"\nClaims (also in {written['claims']}); {profile_note(profile)}")
