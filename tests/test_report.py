@@ -37,7 +37,9 @@ def test_publish_then_check_and_hand_written_text_survives(smoke_root, tmp_path)
     dest, data = tmp_path / "report", tmp_path / "numbers"
     publish(smoke_root, dest, data=data)
     assert check(dest) == []
-    assert not list(dest.rglob("*.csv")), "the report's numbers live in its data folder, not among the documents"
+    assert not list(dest.rglob("*.csv")), (
+        "the report's numbers live in its data folder, not among the documents"
+    )
     studies = pd.read_csv(data / "studies.csv")
     assert set(studies["objective"]) == {"nll", "nll_mmd"} and set(studies["complete"]) == {1}
     assert json.loads((dest / "best" / "crime__nll_mmd.json").read_text())["params"]
