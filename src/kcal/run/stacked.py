@@ -55,6 +55,7 @@ import copy
 import inspect
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -294,7 +295,9 @@ class StackedTrainer:
         t = self.t
         max_epochs, min_epochs = int(t.max_epochs), int(t.min_epochs or 0)
         label = f"{self.prep.data.info.name}/{self.prep.objective.name} x{len(self.members)} seeds"
-        bar = tqdm(total=max_epochs, desc=label, disable=not progress, leave=False, unit="epoch")
+        # a bar in a log file is noise: there the per-chunk progress line (kcal.progress) reports
+        bar = tqdm(total=max_epochs, desc=label, disable=not (progress and sys.stderr.isatty()), leave=False,
+                   unit="epoch")  # fmt: skip
         t0 = time.perf_counter()
         try:
             for epoch in range(max_epochs):
