@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -45,10 +46,23 @@ from kcal.sweep import (
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-def init_worker() -> None:
+def init_worker(parent: int) -> None:
+    """Set up a pool worker: one torch thread, and an exit when ``parent`` (the pool's process) dies."""
     import torch
 
     torch.set_num_threads(1)
+    threading.Thread(target=exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def exit_with_parent(parent: int, poll_s: float = 2.0) -> None:
+    """Exit this process once its parent is no longer ``parent``.
+
+    A pool's parent that is killed (SIGTERM, SIGKILL; Ctrl-C stops the workers by itself) would leave
+    its workers training a trial to the end and then waiting forever, still sending the trial's
+    heartbeat. Exiting stops the heartbeat, so the trial goes stale and a later run retries it."""
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os._exit(1)
 
 
 @dataclass
@@ -144,7 +158,9 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
     saved = {k: os.environ.get(k) for k in ONE_THREAD_ENV}
     os.environ.update(ONE_THREAD_ENV)  # read by the workers' libraries as they start
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker) as pool:
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=init_worker, initargs=(os.getpid(),)
+    ) as pool:
         try:
             while True:
                 release_seeds()

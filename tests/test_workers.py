@@ -1,0 +1,54 @@
+"""kcal.workers: a pool worker does not outlive the reproduction that started it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+# The middle process plays the reproduction: it starts one worker watched by exit_with_parent, prints
+# the worker's pid, and waits. The worker would sleep for 10 minutes if nothing stopped it.
+PARENT = """
+import multiprocessing as mp, os, sys, time
+from kcal.workers import exit_with_parent
+
+def worker(parent):
+    import threading
+    threading.Thread(target=exit_with_parent, args=(parent, 0.2), daemon=True).start()
+    time.sleep(600)
+
+if __name__ == "__main__":
+    p = mp.get_context("spawn").Process(target=worker, args=(os.getpid(),))
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead, only not yet reaped
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_worker_exits_when_its_parent_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        worker = int(parent.stdout.readline())
+        assert alive(worker)
+        parent.send_signal(signal.SIGKILL)  # no handler runs: only the worker's watchdog can notice
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(worker), "the worker kept running after its parent was killed"
+    finally:
+        parent.kill()
+        if worker is not None and alive(worker):
+            os.kill(worker, signal.SIGKILL)
