@@ -55,7 +55,6 @@ import copy
 import inspect
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -295,9 +294,10 @@ class StackedTrainer:
         t = self.t
         max_epochs, min_epochs = int(t.max_epochs), int(t.min_epochs or 0)
         label = f"{self.prep.data.info.name}/{self.prep.objective.name} x{len(self.members)} seeds"
-        # a bar in a log file is noise: there the per-chunk progress line (kcal.progress) reports
-        bar = tqdm(total=max_epochs, desc=label, disable=not (progress and sys.stderr.isatty()), leave=False,
-                   unit="epoch")  # fmt: skip
+        # disable=None: tqdm draws only on a terminal; in a log file the per-chunk progress line reports
+        bar = tqdm(
+            total=max_epochs, desc=label, disable=None if progress else True, leave=False, unit="epoch"
+        )
         t0 = time.perf_counter()
         try:
             for epoch in range(max_epochs):
