@@ -158,6 +158,8 @@ def fit_to_data(space: dict[str, dict], n_train: int) -> dict[str, dict]:
 
 
 def search_space(cfg: DictConfig) -> dict[str, dict]:
+    """``hparams_search``'s common entries plus the objective's, as ``path -> distribution``; an entry set
+    to null (a space derived from another, e.g. ``median_x``) is not searched and the config's value stays."""
     space = cfg.hparams_search
     objectives = space.objectives
     if cfg.objective.name not in objectives:
@@ -167,7 +169,7 @@ def search_space(cfg: DictConfig) -> dict[str, dict]:
         **OmegaConf.to_container(space.common),
         **OmegaConf.to_container(objectives[cfg.objective.name]),
     }
-    return fit_to_data(merged, train_rows(cfg))
+    return fit_to_data({k: v for k, v in merged.items() if v is not None}, train_rows(cfg))
 
 
 def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
