@@ -31,3 +31,22 @@ def test_max_train_rows_caps_the_batch_choices():
 def test_no_fitting_batch_size_is_a_config_error():
     with pytest.raises(ConfigError, match="no trainer.batch_size choice"):
         fit_to_data({"trainer.batch_size": {"choices": [64, 128]}}, n_train=10)
+
+
+@pytest.mark.parametrize("objective", ["nll_mmd", "nll_mmd_tanh"])
+def test_median_x_is_the_paper_space_without_the_x_bandwidth(objective):
+    paper = search_space(sweep_cfg("dataset=crime", f"objective={objective}"))
+    cfg = sweep_cfg("dataset=crime", f"objective={objective}", "hparams_search=median_x")
+    median_x = search_space(cfg)
+    assert "objective.params.bandwidth_z" in paper
+    assert median_x == {k: v for k, v in paper.items() if k != "objective.params.bandwidth_z"}
+    assert cfg.objective.params.bandwidth_z == "median"  # the config's value stays
+    assert cfg.sweep.study_name == f"crime__{objective}__median_x"  # never the paper study
+
+
+def test_median_x_leaves_objectives_without_an_x_kernel_alone():
+    for objective in ("nll", "xe_mmce"):
+        ds = "crime" if objective == "nll" else "heart-disease"
+        overrides = (f"dataset={ds}", f"objective={objective}")
+        paper = search_space(sweep_cfg(*overrides))
+        assert search_space(sweep_cfg(*overrides, "hparams_search=median_x")) == paper
