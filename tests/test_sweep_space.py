@@ -44,9 +44,8 @@ def test_median_x_is_the_paper_space_without_the_x_bandwidth(objective):
     assert cfg.sweep.study_name == f"crime__{objective}__median_x"  # never the paper study
 
 
-def test_median_x_leaves_objectives_without_an_x_kernel_alone():
-    for objective in ("nll", "xe_mmce"):
-        ds = "crime" if objective == "nll" else "heart-disease"
-        overrides = (f"dataset={ds}", f"objective={objective}")
-        paper = search_space(sweep_cfg(*overrides))
-        assert search_space(sweep_cfg(*overrides, "hparams_search=median_x")) == paper
+@pytest.mark.parametrize("dataset,objective", [("crime", "nll"), ("heart-disease", "xe_mmce")])
+def test_median_x_leaves_objectives_without_an_x_kernel_alone(dataset, objective):
+    overrides = (f"dataset={dataset}", f"objective={objective}")
+    paper = search_space(sweep_cfg(*overrides))
+    assert search_space(sweep_cfg(*overrides, "hparams_search=median_x")) == paper
