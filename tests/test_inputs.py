@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from kcal import baselines, mmd
-from kcal.kernels import get_kernel
+from kcal.inputs import check_probs
+from kcal.kernels import UNIFORM_MEDIAN_SQ_DIST, get_kernel, median_heuristic
 from kcal.metrics import classification as C
 from kcal.metrics import regression as R
 
@@ -91,8 +92,6 @@ def test_regression_functions_take_forecast_then_target():
     normal = torch.distributions.Normal(mean, std)
     new = mmd.regression_mmd((mean, std), y, x, eps=eps, bandwidth_z=2.0)
     assert torch.equal(new, mmd.regression_mmd(normal, y, x, eps=eps, bandwidth_z=2.0))
-    assert torch.equal(new, mmd.regression_mmd(mean, std, y, x, eps=eps, bandwidth_z=2.0))  # deprecated order
-    assert torch.equal(R.crps((mean, std), y), R.crps_gaussian(mean, std, y))
     assert torch.equal(R.crps(normal, y), R.crps((mean, std), y))
     assert torch.equal(R.gaussian_nll(normal, y), R.gaussian_nll((mean, std), y))
     assert torch.allclose(R.gaussian_nll((mean, std), y), R.nll((mean, std), y))
@@ -113,7 +112,6 @@ def test_sample_mmd2_is_symmetric_in_forecast_and_target():
 def test_kce_bandwidth_names_match_classification_mmd():
     _, probs, labels, x = _classes(n=30)
     a = C.kce(probs, labels, x, bandwidth_z=3.0, bandwidth_y=0.2)
-    assert torch.equal(a, C.kce(probs, labels, x, bandwidth_x=3.0, bandwidth_y=0.2))  # former name
     assert torch.equal(a, mmd.classification_mmd(probs, labels, x, bandwidth_z=3.0, bandwidth_y=0.2))
     assert np.isclose(float(C.kce(probs, labels, x)), float(mmd.classification_mmd(probs, labels, x)))
 
@@ -139,3 +137,67 @@ def test_the_low_level_estimators_accept_numpy_too():
         mmd.mmd2_unbiased(k_z.numpy(), k_z.numpy(), k_z.numpy()), mmd.mmd2_unbiased(k_z, k_z, k_z)
     )
     assert baselines.select_bandwidth(probs.numpy()) == baselines.select_bandwidth(probs)
+
+
+def test_former_argument_order_fails_with_one_line_saying_pass_one_forecast():
+    """The library's one rule for f(mean, std, y): a one-line TypeError naming f((mean, std), y)."""
+    g = torch.Generator().manual_seed(5)
+    mean, std = torch.randn(12, generator=g, dtype=DT), torch.rand(12, generator=g, dtype=DT) + 0.5
+    y, x = torch.randn(12, generator=g, dtype=DT), torch.randn(12, 2, generator=g, dtype=DT)
+    calls = {
+        "gaussian_nll": lambda: R.gaussian_nll(mean, std, y),
+        "nll": lambda: R.nll(mean, std, y),
+        "crps": lambda: R.crps(mean, std, y),
+        "dce": lambda: R.dce(mean, std, y),
+        "pit": lambda: R.pit(mean.numpy(), y),
+        "regression_mmd": lambda: mmd.regression_mmd(mean, std, y, x),
+        "crps_gaussian": lambda: R.crps_gaussian(mean, std, y),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError) as err:
+            call()
+        text = str(err.value)
+        assert "pass (mean, std) as one forecast" in text and "\n" not in text and "tensor(" not in text, name
+        assert name in text
+    with pytest.raises(TypeError, match="bandwidth_x is now called bandwidth_z"):
+        C.kce(torch.full((4, 2), 0.5), torch.tensor([0, 1, 0, 1]), torch.randn(4, 2), bandwidth_x=3.0)
+
+
+def test_probabilities_within_float_rounding_are_clipped_and_logits_still_refused():
+    probs = torch.tensor([[0.5, 0.5], [1.0 + 1e-9, -1e-9], [0.25, 0.75]], dtype=DT)
+    labels = torch.tensor([0, 0, 1])
+    clipped, _ = check_probs(probs, labels)
+    assert float(clipped.min()) == 0.0 and float(clipped.max()) == 1.0
+    assert torch.isfinite(C.ece(probs, labels)) and torch.isfinite(
+        mmd.classification_mmd(probs, labels, form="canonical")
+    )
+    with pytest.raises(ValueError, match="softmax"):
+        check_probs(torch.tensor([[1.2, -0.2], [0.5, 0.5]]), labels[:2])
+
+
+def test_unset_bandwidths_are_the_median_heuristic_of_the_batch():
+    g = torch.Generator().manual_seed(6)
+    mean, std = torch.randn(30, generator=g, dtype=DT), torch.rand(30, generator=g, dtype=DT) + 0.5
+    y, x, eps = (
+        torch.randn(30, generator=g, dtype=DT),
+        torch.randn(30, 7, generator=g, dtype=DT),
+        torch.randn(4, 30, generator=g, dtype=DT),
+    )
+    explicit = mmd.regression_mmd((mean, std), y, x, eps=eps, bandwidth_y=median_heuristic(y),
+                                  bandwidth_z=median_heuristic(x))  # fmt: skip
+    assert torch.equal(mmd.regression_mmd((mean, std), y, x, eps=eps), explicit)
+    quantile = mmd.regression_mmd((mean, std), y, form="quantile", eps=eps)
+    assert torch.equal(quantile, mmd.regression_mmd((mean, std), y, form="quantile", eps=eps,
+                                                    bandwidth_y=UNIFORM_MEDIAN_SQ_DIST))  # fmt: skip
+    _, probs, labels, xc = _classes(n=30)
+    assert torch.equal(
+        mmd.classification_mmd(probs, labels, xc),
+        mmd.classification_mmd(probs, labels, xc, bandwidth_y=2.0, bandwidth_z=median_heuristic(xc)),
+    )
+    conf = probs.max(-1).values
+    assert torch.equal(
+        mmd.classification_mmd(probs, labels, form="top_label"),
+        mmd.classification_mmd(
+            probs, labels, form="top_label", bandwidth_y=2.0, bandwidth_z=median_heuristic(conf)
+        ),
+    )

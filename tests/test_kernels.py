@@ -207,3 +207,54 @@ def test_kernel_gradients_finite():
     x = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
     (gx,) = torch.autograd.grad(K.rbf(x, x, 2.0).sum(), x)
     assert torch.isfinite(gx).all() and gx.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# data-driven bandwidths
+# ----------------------------------------------------------------------------------------------------
+def _pair_distances(a, kernel):
+    """Naive double loop over pairs i < j: squared Euclidean (rbf) or L1 (laplacian) distances."""
+    rows = a.tolist() if a.dim() == 2 else [[v] for v in a.tolist()]
+    out = []
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            diffs = [u - v for u, v in zip(rows[i], rows[j], strict=True)]
+            out.append(sum(d * d for d in diffs) if kernel == "rbf" else sum(abs(d) for d in diffs))
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
+@pytest.mark.parametrize("shape", [(2, 3), (9,), (31, 5)])
+def test_median_heuristic_is_the_median_pair_distance(kernel, shape):
+    a = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)), dtype=torch.float64)
+    d = sorted(_pair_distances(a, kernel))
+    # torch.median of an even count is the lower of the two middle values
+    assert K.median_heuristic(a, kernel) == pytest.approx(d[(len(d) - 1) // 2], rel=1e-12)
+
+
+def test_median_heuristic_of_discrete_rows_falls_back_to_the_nonzero_distances():
+    a = torch.tensor([0.0] * 6 + [1.0, 3.0])  # 15 of 28 pairs equal: median 0
+    assert K.median_heuristic(a) == pytest.approx((6 * 1.0 + 6 * 9.0 + 4.0) / 13)
+    assert K.median_heuristic(torch.zeros(5, 2)) == 1.0
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        K.median_heuristic(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="applies to"):
+        K.median_heuristic(torch.zeros(4), "tanh_decision")
+
+
+def test_uniform_median_constant_is_the_median_of_uniform_pairs():
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    empirical = float(((u[:100_000] - u[100_000:]) ** 2).median())
+    assert K.UNIFORM_MEDIAN_SQ_DIST == pytest.approx(empirical, rel=0.02)
+
+
+def test_kernel_report_names_identity_and_flat_kernels_with_their_numbers():
+    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    med = K.median_heuristic(x)
+    assert K.kernel_report(x, med) is None and K.kernel_report(x, 10 * med) is None
+    identity = K.kernel_report(x, 1.0)
+    assert "numerically the identity" in identity and "bandwidth 1 " in identity
+    assert f"{med:.4g}" in identity and "\n" not in identity
+    flat = K.kernel_report(x, 1e12)
+    assert "numerically all ones" in flat
+    assert K.kernel_report(x, 1.0, "tanh_decision") is None  # no bandwidth: nothing to diagnose

@@ -1,11 +1,17 @@
-"""The nn.Module losses equal the functions they wrap and check their options up front."""
+"""The nn.Module losses equal the functions they wrap, check their options up front, and say when a
+kernel makes them vanish."""
+
+import warnings
 
 import pytest
 import torch
 
 from kcal.baselines import ece_kde, mmce
-from kcal.losses import ECEKDELoss, MMCELoss, MMDCalibrationLoss
+from kcal.kernels import median_heuristic
+from kcal.losses import DegenerateKernelWarning, ECEKDELoss, MMCELoss, MMDCalibrationLoss
 from kcal.mmd import classification_mmd, regression_mmd
+
+from .data.conftest import needs
 
 DT = torch.float64
 
@@ -60,3 +66,68 @@ def test_loss_options_are_checked_in_the_constructor():
         MMDCalibrationLoss(kernel_z="gauss")
     with pytest.raises(ValueError, match="kumar"):
         MMCELoss(scaling="paper")
+
+
+@pytest.fixture(scope="module")
+def crime_batch():
+    """64 standardised training rows of crime (102 features) and Gaussian forecasts near their labels."""
+    from kcal.data import load
+
+    d = load("crime")
+    x, y = d.train.x[:64].to(DT), d.train.y[:64].to(DT)
+    g = torch.Generator().manual_seed(0)
+    mean = y + 0.1 * torch.randn(64, generator=g, dtype=DT)
+    return x, y, mean, torch.full((64,), 0.2, dtype=DT)
+
+
+def _grad_norm(loss, crime_batch):
+    x, y, mean, std = crime_batch
+    mean, std = mean.clone().requires_grad_(), std.clone().requires_grad_()
+    value = loss((mean, std), y, x)
+    value.backward()
+    return float(value.detach()), float(torch.cat([mean.grad, std.grad]).norm())
+
+
+@needs("crime")
+def test_default_loss_acts_on_standardised_high_dimensional_rows(crime_batch):
+    """With no bandwidth given the x-kernel follows the data (median heuristic); bandwidth_z=1 vanishes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateKernelWarning)  # the default never warns here
+        _, default = _grad_norm(MMDCalibrationLoss(generator=torch.Generator().manual_seed(0)), crime_batch)
+        _, wide = _grad_norm(MMDCalibrationLoss(bandwidth_z=100.0, generator=torch.Generator().manual_seed(0)),
+                             crime_batch)  # fmt: skip
+    with pytest.warns(DegenerateKernelWarning):
+        _, fixed = _grad_norm(MMDCalibrationLoss(bandwidth_z=1.0, generator=torch.Generator().manual_seed(0)),
+                              crime_batch)  # fmt: skip
+    assert fixed < 1e-10 < 1e-3 < wide
+    assert 0.2 * wide < default < 5 * wide  # the gradient's size at bandwidth_z=100, not 1e-14
+
+
+@needs("crime")
+def test_a_degenerate_kernel_warns_once_per_loss_instance_with_its_numbers(crime_batch):
+    x, y, mean, std = crime_batch
+    median = median_heuristic(x)
+    loss = MMDCalibrationLoss(bandwidth_z=1.0, check_every=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            loss((mean, std), y, x)
+    found = [w for w in caught if issubclass(w.category, DegenerateKernelWarning)]
+    assert len(found) == 1
+    text = str(found[0].message)
+    assert "bandwidth_z" in text and "bandwidth 1 " in text and f"{median:.4g}" in text
+    assert "median heuristic" in text and "\n" not in text
+    with pytest.warns(DegenerateKernelWarning):  # a new instance warns again
+        MMDCalibrationLoss(bandwidth_z=1.0)((mean, std), y, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateKernelWarning)
+        MMDCalibrationLoss(bandwidth_z=1.0, check_kernels=False)((mean, std), y, x)
+        MMDCalibrationLoss(bandwidth_z=median)((mean, std), y, x)
+
+
+def test_a_degenerate_classification_kernel_warns_too():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(40, 50, generator=g, dtype=DT)
+    probs, labels = torch.softmax(torch.randn(40, 3, generator=g, dtype=DT), -1), torch.randint(0, 3, (40,))
+    with pytest.warns(DegenerateKernelWarning, match="bandwidth_z"):
+        MMDCalibrationLoss(task="classification", bandwidth_z=0.5)(probs, labels, x)

@@ -1,9 +1,12 @@
-"""The README's library examples (LightningModule, classification loss) run as printed."""
+"""The README's library examples (LightningModule, classification loss, the calibration recipe on crime)
+run as printed."""
 
 import re
 from pathlib import Path
 
 import torch
+
+from .data.conftest import needs
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Use the regulariser in your own training loop"
@@ -21,11 +24,23 @@ def _run(code: str, name: str) -> dict:
     return namespace
 
 
-def test_the_section_has_the_three_examples():
+def test_the_section_has_the_four_examples():
     blocks = _blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert "pl.LightningModule" in blocks[1] and "MMDCalibrationLoss" in blocks[1]
     assert "KernelCalibrationError" in blocks[1] and 'task="classification"' in blocks[2]
+    assert 'load("crime")' in blocks[3] and "IsotonicQuantileRecalibrator" in blocks[3]
+
+
+@needs("crime")
+def test_calibration_recipe_runs_on_crime_and_prints_what_the_readme_shows(capsys):
+    ns = _run(_blocks()[3], "README calibration recipe")
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in printed] == ["lambda     0", "lambda   100"]
+    shown = README.read_text().split("It printed", 1)[1].split("```")[1].strip().splitlines()
+    for line, expected in zip(printed, shown, strict=True):  # the same numbers, to the digits shown
+        assert line == expected, (line, expected)
+    assert isinstance(ns["fit"](100.0, seed=0, epochs=1), torch.nn.Module)
 
 
 def test_lightning_example_trains_and_logs_the_metric_classes(tmp_path, monkeypatch, capsys):

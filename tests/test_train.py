@@ -1,5 +1,6 @@
 """kcal.train end to end on small subsets: every objective, outputs, determinism, divergence, config errors."""
 
+import csv
 import json
 import os
 import subprocess
@@ -63,6 +64,13 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path):
     assert (tmp_path / "a" / "metrics.json").read_bytes() == (tmp_path / "b" / "metrics.json").read_bytes()
     other = run(cfg_for(*REGRESSION, "objective=nll_mmd", "seed=4"), tmp_path / "c")
     assert other["test/nll"] != json.loads((tmp_path / "a" / "metrics.json").read_text())["test/nll"]
+    # the history says how large the regulariser was relative to the base loss, every epoch
+    rows = list(csv.DictReader((tmp_path / "a" / "history.csv").open()))
+    weight = float(cfg.objective.weight)
+    for row in rows:
+        expected = weight * abs(float(row["train/reg"])) / abs(float(row["train/base"]))
+        assert float(row["train/reg_share"]) == pytest.approx(expected, rel=1e-12)
+    assert any(float(row["train/reg_share"]) > 0 for row in rows)
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,13 @@ arguments through these helpers first, so all of them accept numpy arrays as wel
 refuse bad input with the same one-line messages:
 
 * :func:`as_vector` — a 1-D ``(n,)`` float tensor (an ``(n, 1)`` column is flattened);
-* :func:`check_probs` — ``(n, m)`` class probabilities (rows in [0, 1] summing to 1; logits are refused
-  with a message saying to pass ``softmax(logits, -1)``) and ``(n,)`` integer labels in ``[0, m)``;
+* :func:`check_probs` — ``(n, m)`` class probabilities (rows in [0, 1] summing to 1, entries within
+  float rounding of [0, 1] clipped; logits are refused with a message saying to pass ``softmax(logits, -1)``) and ``(n,)`` integer labels in ``[0, m)``;
 * :func:`gaussian_params` — ``(mean, std)`` of a Gaussian forecast given as a pair or a ``Normal``;
 * :func:`as_forecast` — any forecast object with ``cdf``/``log_prob``/``icdf`` (a pair becomes a
-  ``Normal``).
+  ``Normal``);
+* :func:`reject_former_order` — the one rule for calls in the former order ``f(mean, std, y)``: a
+  one-line ``TypeError`` saying to pass ``(mean, std)`` as one forecast.
 
 Value checks that need the data on the host (sums, label range) run only when ``validate_args`` is true
 (the default) and never inside ``torch.func`` transforms; training loops pass ``validate_args=False`` to
@@ -22,17 +24,28 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "PROB_CLIP_ATOL",
     "PROB_SUM_ATOL",
+    "TASKS",
     "as_forecast",
     "as_vector",
     "check_probs",
     "functorch_active",
     "gaussian_params",
+    "reject_former_order",
+    "reject_renamed",
     "same_length",
 ]
 
+TASKS = ("regression", "classification")
+"""The two prediction tasks: Gaussian forecasts of a real target, and class probabilities."""
+
 PROB_SUM_ATOL = 1e-3
 """Rows of ``probs`` must sum to 1 within this absolute tolerance."""
+
+PROB_CLIP_ATOL = 1e-6
+"""Entries within this of [0, 1] are float rounding of a probability and are clipped into [0, 1];
+entries further out are refused (the usual sign of logits)."""
 
 
 def functorch_active() -> bool:
@@ -71,8 +84,9 @@ def check_probs(probs, labels=None, *, validate_args: bool = True, min_rows: int
 
     Returns ``(probs, labels)`` as tensors (float probabilities, int64 labels, or ``None``). Refused with
     a one-line ``ValueError``: wrong shapes, fewer than ``min_rows`` rows, float labels, and, when
-    ``validate_args``, labels outside ``[0, m)`` or probabilities outside [0, 1] / rows not summing to 1
-    (within ``PROB_SUM_ATOL``), the usual sign that logits were passed.
+    ``validate_args``, labels outside ``[0, m)`` or probabilities outside [0, 1] by more than
+    ``PROB_CLIP_ATOL`` / rows not summing to 1 (within ``PROB_SUM_ATOL``), the usual sign that logits were
+    passed. Entries within ``PROB_CLIP_ATOL`` of [0, 1] are clipped into it (only when ``validate_args``).
     """
     probs = torch.as_tensor(probs)
     if probs.ndim != 2:
@@ -87,7 +101,10 @@ def check_probs(probs, labels=None, *, validate_args: bool = True, min_rows: int
     check_values = validate_args and not functorch_active()
     if check_values:
         sums = probs.detach().sum(-1)
-        bad_range = bool(((probs.detach() < 0) | (probs.detach() > 1)).any())
+        low, high = float(probs.detach().min()), float(probs.detach().max())
+        bad_range = low < -PROB_CLIP_ATOL or high > 1.0 + PROB_CLIP_ATOL
+        if not bad_range and (low < 0.0 or high > 1.0):  # float rounding of a valid probability
+            probs = probs.clamp(0.0, 1.0)
         worst = float((sums - 1.0).abs().max())
         if bad_range or not worst <= PROB_SUM_ATOL:
             raise ValueError(
@@ -109,12 +126,33 @@ def check_probs(probs, labels=None, *, validate_args: bool = True, min_rows: int
     return probs, labels
 
 
-def as_forecast(forecast):
+def reject_former_order(forecast, caller: str) -> None:
+    """Raise the library's one-line ``TypeError`` when a bare array is passed where a forecast belongs.
+
+    The library's single rule for calls in the former argument order ``f(mean, std, y)``: they fail,
+    saying to pass ``(mean, std)`` as one forecast, ``f((mean, std), y)``.
+    """
+    if isinstance(forecast, Tensor) or type(forecast).__module__ == "numpy":
+        raise TypeError(
+            f"{caller}: pass (mean, std) as one forecast, {caller}((mean, std), y, ...), "
+            f"not {caller}(mean, std, y, ...)"
+        )
+
+
+def reject_renamed(former: str, name: str, value) -> None:
+    """Raise a one-line ``TypeError`` when a keyword's former name ``former`` was given (not None)."""
+    if value is not None:
+        raise TypeError(f"{former} is now called {name}: pass {name}={value!r}")
+
+
+def as_forecast(forecast, caller: str = "this function"):
     """Return a forecast object; a ``(mean, std)`` tuple/list becomes ``Normal(mean, std)``.
 
     A forecast is anything with ``cdf(y)``, ``log_prob(y)`` and ``icdf(u)`` acting elementwise on
-    ``(n,)`` tensors: ``torch.distributions.Normal``, a recalibrated forecast, ...
+    ``(n,)`` tensors: ``torch.distributions.Normal``, a recalibrated forecast, ... A bare tensor is the
+    former argument order and raises :func:`reject_former_order`'s ``TypeError``.
     """
+    reject_former_order(forecast, caller)
     if isinstance(forecast, (tuple, list)):
         mean, std = gaussian_params(forecast)
         return torch.distributions.Normal(mean, std, validate_args=False)
@@ -127,11 +165,13 @@ def as_forecast(forecast):
     return forecast
 
 
-def gaussian_params(forecast) -> tuple[Tensor, Tensor]:
+def gaussian_params(forecast, caller: str = "this function") -> tuple[Tensor, Tensor]:
     """``(mean, std)`` tensors of a Gaussian forecast given as a pair or a ``torch.distributions.Normal``.
 
-    Other forecasts raise ``TypeError`` (the caller has a closed form for Gaussians only).
+    Other forecasts raise ``TypeError`` (the caller has a closed form for Gaussians only); a bare tensor
+    is the former argument order (:func:`reject_former_order`).
     """
+    reject_former_order(forecast, caller)
     if isinstance(forecast, torch.distributions.Normal):
         return forecast.loc, forecast.scale
     if isinstance(forecast, (tuple, list)):

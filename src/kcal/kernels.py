@@ -19,6 +19,10 @@ Kernel Calibration Metrics" (NeurIPS 2023):
 * ``product``: the pointwise product kernel k((y, z), (y', z')) = k_y(y, y') k_z(z, z') (paper Lemma 4.1).
 
 ``get_kernel(name, **params)`` returns a validated ``callable(a, b)`` from the ``KERNELS`` registry.
+
+Data-driven bandwidths: ``median_heuristic(a, kernel)`` is the median pairwise distance of a batch in the
+kernel's own convention (squared Euclidean for ``rbf``, L1 for ``laplacian``); ``kernel_report`` says
+whether a bandwidth makes a kernel numerically degenerate on a batch (the identity, or all ones).
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ __all__ = [
     "get_kernel",
     "kernel_key",
     "kernel_param_names",
+    "kernel_report",
     "laplacian",
+    "median_heuristic",
     "one_hot_delta",
     "point_estimate",
     "product",
@@ -212,6 +218,92 @@ def threshold_family(a: Tensor, b: Tensor, upper: float = 1.0, lower: float = 0.
     ca = a.clamp(lower, upper) - lower
     cb = b.clamp(lower, upper) - lower
     return torch.minimum(ca.unsqueeze(-2), cb.unsqueeze(-3)).sum(-1)
+
+
+BANDWIDTH_KERNELS = ("rbf", "laplacian")
+"""Kernels whose bandwidth divides a distance, so that the median heuristic applies."""
+
+UNIFORM_MEDIAN_SQ_DIST = (1.0 - 1.0 / math.sqrt(2.0)) ** 2
+"""Median of ``(U - U')^2`` for independent ``U, U' ~ U(0, 1)`` (|U - U'| has density 2(1 - t)): the
+median heuristic of the uniform target of the PIT forms, ≈ 0.0858."""
+
+DEGENERATE_OFFDIAG = 1e-6
+"""A Gram matrix whose mean off-diagonal entry is below this is numerically the identity (each row is
+only similar to itself), and one whose off-diagonal entries all lie within this of 1 is numerically all
+ones (it cannot tell rows apart). Either way the MMD term built on it, and its gradient, are ~1e-6 of
+their size at a working bandwidth or less."""
+
+
+MEDIAN_MAX_ROWS = 2048
+"""The median heuristic looks at the first this many rows (about 2 million pairs)."""
+
+
+def _pairwise(a: Tensor, kernel: str) -> Tensor:
+    """Distances between distinct rows of ``a`` (leading batch dims flattened), in ``kernel``'s convention."""
+    p = as_points(a).detach().to(torch.float64)
+    p = p.reshape(-1, *p.shape[-2:])[:, :MEDIAN_MAX_ROWS]
+    d = torch.cdist(p, p, p=1.0) if kernel == "laplacian" else sq_dist(p, p)
+    n = p.shape[-2]
+    upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=p.device), diagonal=1)
+    return d[:, upper].reshape(-1)
+
+
+def median_heuristic(a: Tensor, kernel: str = "rbf") -> float:
+    """The median heuristic bandwidth of ``kernel`` on the rows of ``a`` (``(n,)`` or ``(..., n, d)``).
+
+    ``rbf`` (``exp(-||u - v||^2 / bandwidth)``): the median over pairs ``i < j`` of ``||a_i - a_j||^2``,
+    so the median pair has kernel value ``e^-1``. ``laplacian`` (``exp(-||u - v||_1 / bandwidth)``): the
+    median L1 distance. Leading batch dimensions pool their pairs. The rows are detached (no gradient
+    flows through the bandwidth) and the distances are taken in float64; returning a float is one host
+    synchronisation. With n rows there are n(n - 1)/2 pairs: n = 2 gives that pair's distance, and below
+    about 20 rows the value moves noticeably from batch to batch; above ``MEDIAN_MAX_ROWS`` rows only the
+    first ones are used. When over half the pairs are equal
+    rows (a discrete variable), the median is 0 and the mean of the non-zero distances is used instead;
+    when all rows are equal, 1.0.
+    """
+    key = kernel_key(kernel)
+    if key not in BANDWIDTH_KERNELS:
+        raise ValueError(f"the median heuristic applies to {list(BANDWIDTH_KERNELS)}, not {key!r}")
+    d = _pairwise(a, key)
+    if d.numel() == 0:
+        raise ValueError("the median heuristic needs at least 2 rows")
+    med = float(d.median())
+    if med > 0.0:
+        return med
+    nonzero = d[d > 0]
+    return float(nonzero.mean()) if nonzero.numel() else 1.0
+
+
+def kernel_report(a: Tensor, bandwidth: float, kernel: str = "rbf") -> str | None:
+    """``None`` when ``kernel`` with ``bandwidth`` separates the rows of ``a``, else a one-line diagnosis.
+
+    Degenerate means (see ``DEGENERATE_OFFDIAG``) a mean off-diagonal Gram entry below 1e-6 (numerically
+    the identity: the bandwidth is far below the distances between rows) or every off-diagonal entry
+    within 1e-6 of 1 (numerically all ones: the bandwidth is far above them). The message gives the
+    bandwidth, the batch's median distance and the bandwidth the median heuristic would use. One host
+    synchronisation; ``kernel`` must be ``rbf`` or ``laplacian``.
+    """
+    key = kernel_key(kernel)
+    if key not in BANDWIDTH_KERNELS:
+        return None
+    d = _pairwise(a, key)
+    if d.numel() == 0:
+        return None
+    offdiag = torch.exp(-d / float(bandwidth))
+    mean, lowest = float(offdiag.mean()), float(offdiag.min())
+    if mean >= DEGENERATE_OFFDIAG and lowest <= 1.0 - DEGENERATE_OFFDIAG:
+        return None
+    what = "squared distance" if key == "rbf" else "L1 distance"
+    state = (
+        f"numerically the identity (mean off-diagonal value {mean:.1e})"
+        if mean < DEGENERATE_OFFDIAG
+        else f"numerically all ones (smallest off-diagonal value 1 - {1.0 - lowest:.1e})"
+    )
+    return (
+        f"the {key} kernel with bandwidth {float(bandwidth):.4g} is {state} on a batch of "
+        f"{as_points(a).shape[-2]} rows: their median {what} is {median_heuristic(a, key):.4g}, which is "
+        f"the bandwidth the median heuristic would use (leave the bandwidth unset to use it)"
+    )
 
 
 def delta(a: Tensor, b: Tensor) -> Tensor:

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from kcal.inputs import TASKS
 from kcal.metrics import regression as regression_metrics
 
 REGULARIZERS = {"regression": (None, "mmd"), "classification": (None, "mmd", "mmce", "kde")}
-TASKS = ("regression", "classification")
 
 
 @dataclass

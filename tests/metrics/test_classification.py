@@ -150,7 +150,7 @@ def test_kce_vs_double_loop():
     x = torch.randn(40, 2, generator=g, dtype=torch.float64)
     for bw_x, bw_y in [(10.0, 0.1), (2.0, 1.0)]:
         _close(
-            C.kce(probs, labels, x, bandwidth_x=bw_x, bandwidth_y=bw_y), ref_kce(probs, labels, x, bw_x, bw_y)
+            C.kce(probs, labels, x, bandwidth_z=bw_x, bandwidth_y=bw_y), ref_kce(probs, labels, x, bw_x, bw_y)
         )
 
 

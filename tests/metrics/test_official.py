@@ -190,7 +190,7 @@ def _cls_data(n, m=3, d=2, seed=0, temp=1.0):
 def test_official_classification_vs_per_batch_loop():
     probs, labels, x = _cls_data(61, seed=1, temp=1.5)  # 7 batches of 8, 5 rows dropped
     x = x * 0.3  # so that the x-kernel is not ~identity
-    out = O.official_classification_metrics(probs, labels, x, bandwidth_x=2.0, bandwidth_y=0.5)
+    out = O.official_classification_metrics(probs, labels, x, bandwidth_z=2.0, bandwidth_y=0.5)
     accs, eces, ents, kces = [], [], [], []
     for b in range(7):
         sl = slice(8 * b, 8 * b + 8)
@@ -236,7 +236,7 @@ def test_official_kce_bandwidths_and_resolution():
     )
     _close(O.official_classification_metrics(probs, labels, x, objective="xe_mmd")["kce"], ref)
     _close(
-        O.official_classification_metrics(probs, labels, x, bandwidth_x=10.0, bandwidth_y=0.01)["kce"], ref
+        O.official_classification_metrics(probs, labels, x, bandwidth_z=10.0, bandwidth_y=0.01)["kce"], ref
     )
     # default = constructor default (0.01, 1.0): x-kernel ~ identity -> KCE ~ 0
     assert abs(O.official_classification_metrics(probs, labels, x)["kce"].item()) < 1e-10

@@ -96,7 +96,7 @@ def test_pit_and_sharpness():
     _close(R.sharpness(s), s.numpy().mean())
 
 
-def test_crps_gaussian_vs_numerical_integral():
+def test_crps_vs_numerical_integral():
     mu, s, y = _gauss_data(20, seed=3)
     vals = []
     for i in range(20):
@@ -109,7 +109,7 @@ def test_crps_gaussian_vs_numerical_integral():
             lambda t, m=m, sd=sd: (1 - stats.norm.cdf(t, m, sd)) ** 2, yy, hi, epsabs=1e-13, epsrel=1e-12
         )[0]
         vals.append(f1 + f2)
-    _close(R.crps_gaussian(mu, s, y), np.mean(vals))
+    _close(R.crps((mu, s), y), np.mean(vals))
 
 
 @pytest.mark.parametrize("n_bins", [20, 7])
@@ -210,7 +210,7 @@ def test_constant_targets():
     _close(R.qce_ecdf(u, 1), 0.25)
     # threshold equal to the constant target: all labels on the +1 side, forecast 50/50
     _close(R.dce((mu, s), y, 2.0), math.sqrt(2) * 0.5)
-    assert torch.isfinite(R.crps_gaussian(mu, s, y))
+    assert torch.isfinite(R.crps((mu, s), y))
 
 
 def test_empty_and_bad_inputs_raise():

@@ -30,7 +30,6 @@ from kcal.metrics.official import (
 from kcal.metrics.regression import (
     as_forecast,
     crps,
-    crps_gaussian,
     dce,
     dce_sampled,
     decision_calibration_error,
@@ -53,7 +52,6 @@ __all__ = [
     "lce_total",
     "as_forecast",
     "crps",
-    "crps_gaussian",
     "dce",
     "dce_sampled",
     "decision_calibration_error",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kcal.inputs import check_probs
+from kcal.inputs import check_probs, reject_renamed
 
 __all__ = [
     "accuracy",
@@ -22,6 +22,8 @@ __all__ = [
     "kce",
     "kce_batched",
     "bin_index",
+    "binned_sums",
+    "binned_calibration_error",
 ]
 
 
@@ -45,22 +47,42 @@ def accuracy(probs, labels) -> Tensor:
     return (probs.argmax(-1) == labels).to(probs.dtype).mean()
 
 
-def _binned_gaps(conf: Tensor, hit: Tensor, n_bins: int, n_groups: int = 1, group: Tensor | None = None):
-    """Per-(group, bin) counts, summed confidences and summed hits, shape (n_groups, n_bins)."""
+def binned_sums(
+    conf: Tensor,
+    hit: Tensor,
+    n_bins: int,
+    n_groups: int = 1,
+    group: Tensor | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-(group, bin) counts, summed confidences and summed hits, each of shape ``(n_groups, n_bins)``.
+
+    ``conf`` ``(k,)`` is binned by :func:`bin_index` (equal-width right-closed bins ``(lo, hi]``, an exact 0
+    in the first bin) in its own dtype; ``hit`` ``(k,)`` holds the outcomes (1.0 / 0.0) to sum per bin.
+    ``group`` ``(k,)`` (int64 in ``[0, n_groups)``) assigns each entry to a group, e.g. its class for the
+    class-wise ECE. The sums are accumulated in ``dtype`` (default ``conf.dtype``).
+    """
     idx = bin_index(conf, n_bins)
     if group is not None:
         idx = group * n_bins + idx
     size = n_groups * n_bins
-    count = torch.zeros(size, dtype=conf.dtype, device=conf.device).scatter_add_(
-        0, idx, torch.ones_like(conf)
-    )
-    csum = torch.zeros(size, dtype=conf.dtype, device=conf.device).scatter_add_(0, idx, conf)
-    hsum = torch.zeros(size, dtype=conf.dtype, device=conf.device).scatter_add_(0, idx, hit)
+    dtype = conf.dtype if dtype is None else dtype
+    conf, hit = conf.to(dtype), hit.to(dtype)
+    count = torch.zeros(size, dtype=dtype, device=conf.device).scatter_add_(0, idx, torch.ones_like(conf))
+    csum = torch.zeros(size, dtype=dtype, device=conf.device).scatter_add_(0, idx, conf)
+    hsum = torch.zeros(size, dtype=dtype, device=conf.device).scatter_add_(0, idx, hit)
     return count.view(n_groups, n_bins), csum.view(n_groups, n_bins), hsum.view(n_groups, n_bins)
 
 
-def _ce_from_bins(count: Tensor, csum: Tensor, hsum: Tensor, n: int, norm: str) -> Tensor:
-    """Calibration error per group from binned sums (last dim = bins)."""
+def binned_calibration_error(count: Tensor, csum: Tensor, hsum: Tensor, n: int | Tensor, norm: str) -> Tensor:
+    """Calibration error per group from the binned sums of :func:`binned_sums` (last dim = bins).
+
+    ``n`` is the number of rows the sums were taken over (``N`` below); with ``acc_b = hsum_b / count_b``
+    and ``conf_b = csum_b / count_b``: ``"l1"`` gives ``sum_b |hsum_b - csum_b| / N``, ``"l2"``
+    ``sqrt(sum_b (count_b / N) (acc_b - conf_b)^2)`` and ``"max"`` ``max_b |acc_b - conf_b|`` (empty bins
+    count as a gap of 0).
+    """
     if norm == "l1":
         # sum_b (n_b/N) |acc_b - conf_b| = sum_b |hsum_b - csum_b| / N
         return (hsum - csum).abs().sum(-1) / n
@@ -88,8 +110,8 @@ def ece(probs, labels, n_bins: int = 20, norm: str = "l1") -> Tensor:
     probs, labels = check_probs(probs, labels)
     conf, pred = probs.max(-1)
     hit = (pred == labels).to(probs.dtype)
-    count, csum, hsum = _binned_gaps(conf, hit, n_bins)
-    return _ce_from_bins(count, csum, hsum, probs.shape[0], norm)[0]
+    count, csum, hsum = binned_sums(conf, hit, n_bins)
+    return binned_calibration_error(count, csum, hsum, probs.shape[0], norm)[0]
 
 
 def classwise_ece(probs, labels, n_bins: int = 20) -> Tensor:
@@ -104,8 +126,8 @@ def classwise_ece(probs, labels, n_bins: int = 20) -> Tensor:
     conf = probs.reshape(-1)  # row-major: element (i, k) at i*m + k
     hit = torch.nn.functional.one_hot(labels, m).to(probs.dtype).reshape(-1)
     group = torch.arange(m, device=probs.device).repeat(n)
-    count, csum, hsum = _binned_gaps(conf, hit, n_bins, n_groups=m, group=group)
-    return _ce_from_bins(count, csum, hsum, n, "l1").mean()
+    count, csum, hsum = binned_sums(conf, hit, n_bins, n_groups=m, group=group)
+    return binned_calibration_error(count, csum, hsum, n, "l1").mean()
 
 
 def entropy(probs) -> Tensor:
@@ -119,7 +141,13 @@ def entropy(probs) -> Tensor:
 
 
 def kce(
-    probs, labels, x, bandwidth_z: float = 10.0, bandwidth_y: float = 0.1, *, bandwidth_x: float | None = None
+    probs,
+    labels,
+    x,
+    bandwidth_z: float | None = None,
+    bandwidth_y: float | None = None,
+    *,
+    bandwidth_x: float | None = None,
 ) -> Tensor:
     r"""Kernel calibration error: the individual-calibration MMD² U-statistic over X × Y.
 
@@ -132,10 +160,9 @@ def kce(
 
     Unbiased, so it can be negative.  Needs n >= 2 (ValueError otherwise).  Equals
     :func:`kcal.mmd.classification_mmd` with ``form="individual"`` (same parameter names and defaults).
-    ``bandwidth_x`` is the former name of ``bandwidth_z`` (deprecated, still accepted).
+    The former name ``bandwidth_x`` of ``bandwidth_z`` raises a one-line ``TypeError``.
     """
-    if bandwidth_x is not None:
-        bandwidth_z = bandwidth_x
+    reject_renamed("bandwidth_x", "bandwidth_z", bandwidth_x)
     probs, labels = check_probs(probs, labels)
     if probs.shape[0] < 2:
         raise ValueError("KCE (a U-statistic over pairs i != j) needs at least 2 rows")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kcal.inputs import as_forecast, as_vector, check_probs
+from kcal.inputs import as_forecast, as_vector, check_probs, reject_renamed
 from kcal.metrics.classification import bin_index, kce_batched
 
 __all__ = [
@@ -159,7 +159,7 @@ def official_dce(
 
 def official_regression_nll(forecast, y, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE) -> Tensor:
     """Official test NLL: mean of ``-forecast.log_prob(y)`` over the rows of full batches only."""
-    f = as_forecast(forecast)
+    f = as_forecast(forecast, caller="official_regression_nll")
     y = as_vector(y, "y")
     used = n_used_rows(y.shape[0], batch_size)
     return (-f.log_prob(y))[:used].mean()
@@ -205,7 +205,7 @@ def official_classification_metrics(
 
     and return the mean over batches of each (a dict of 0-dim tensors).
 
-    KCE bandwidths: explicit ``bandwidth_z`` (on x; ``bandwidth_x`` is its deprecated name) /
+    KCE bandwidths: explicit ``bandwidth_z`` (on x; the former name ``bandwidth_x`` raises a ``TypeError``) /
     ``bandwidth_y`` win; otherwise ``official_kce_bandwidths(objective)`` if ``objective`` is given;
     otherwise the official metric's constructor default (0.01, 1.0), which is what
     ``xe``/``xe_mmce``/``xe_kde`` runs got.
@@ -234,8 +234,7 @@ def official_classification_metrics(
         kp = kp.to(probs.dtype)
 
     default_bw = _KCE_BANDWIDTHS["xe"] if objective is None else official_kce_bandwidths(objective)
-    if bandwidth_x is not None:
-        bandwidth_z = bandwidth_x
+    reject_renamed("bandwidth_x", "bandwidth_z", bandwidth_x)
     bw_x = default_bw[0] if bandwidth_z is None else float(bandwidth_z)
     bw_y = default_bw[1] if bandwidth_y is None else float(bandwidth_y)
 

@@ -40,7 +40,6 @@ __all__ = [
     "dce",
     "dce_sampled",
     "crps",
-    "crps_gaussian",
     "qce",
     "sharpness",
 ]
@@ -59,9 +58,9 @@ def gaussian_nll(forecast, y, reduction: str = "mean") -> Tensor:
     ``forecast = (mean, std)`` (or a ``Normal``). Shapes broadcast (no 1-D requirement), so the same
     function is the training loss of a single model and of a stack of models.
     """
+    mean, std = gaussian_params(forecast, caller="gaussian_nll")
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    mean, std = gaussian_params(forecast)
     y = y if isinstance(y, Tensor) else torch.as_tensor(y, dtype=mean.dtype)
     nll = torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI
     return nll.mean() if reduction == "mean" else nll.sum()
@@ -82,14 +81,14 @@ def nll(forecast, y, reduction: str = "mean") -> Tensor:
 
     Any forecast (see :func:`as_forecast`), e.g. a recalibrated one.
     """
-    f = as_forecast(forecast)
+    f = as_forecast(forecast, caller="nll")
     y = as_vector(y, "y")
     return _reduce(-f.log_prob(y), reduction)
 
 
 def pit(forecast, y) -> Tensor:
     """Probability integral transform ``u_i = F_i(y_i) = forecast.cdf(y)`` (shape ``(n,)``)."""
-    f = as_forecast(forecast)
+    f = as_forecast(forecast, caller="pit")
     y = as_vector(y, "y")
     return f.cdf(y)
 
@@ -112,7 +111,7 @@ def crps(forecast, y, reduction: str = "mean") -> Tensor:
     with :math:`z=(y-\mu)/\sigma`; equals :math:`\int (F(t) - 1[t\ge y])^2\,dt`. ``forecast`` is
     ``(mean, std)`` or a ``Normal``; ``reduction="sum"``/``"none"`` sums / returns the per-row values.
     """
-    mean, std = gaussian_params(forecast)
+    mean, std = gaussian_params(forecast, caller="crps")
     mean, std, y = as_vector(mean, "mean"), as_vector(std, "std"), as_vector(y, "y")
     same_length(("mean", mean), ("std", std), ("y", y))
     z = (y - mean) / std
@@ -121,9 +120,9 @@ def crps(forecast, y, reduction: str = "mean") -> Tensor:
     return _reduce(std * (z * (2.0 * cdf - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi)), reduction)
 
 
-def crps_gaussian(mean, std, y) -> Tensor:
-    """Deprecated spelling of ``crps((mean, std), y)``, kept for existing callers."""
-    return crps((mean, std), y)
+def crps_gaussian(*args, **kwargs):
+    """The former name of :func:`crps`: raises a one-line ``TypeError`` naming ``crps((mean, std), y)``."""
+    raise TypeError("crps_gaussian was removed: pass (mean, std) as one forecast, crps((mean, std), y)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +216,7 @@ def decision_calibration_error(prob_above, y, threshold: float = 0.0) -> Tensor:
 
 def dce(forecast, y, threshold: float = 0.0) -> Tensor:
     """:func:`decision_calibration_error` with ``prob_above = 1 - forecast.cdf(c)``."""
-    f = as_forecast(forecast)
+    f = as_forecast(forecast, caller="dce")
     y = as_vector(y, "y")
     c = torch.full_like(y, float(threshold))
     prob_above = 1.0 - f.cdf(c)

@@ -8,6 +8,8 @@ these, so a change of a validation metric, of the running bests or of the stoppi
 * :func:`update_bests`: the running best of each validation value (NaN/inf never count);
 * :func:`monitor_mode`: ``max`` for accuracies, ``min`` for everything else;
 * :func:`diverged`: a non-finite mean training loss ends a run;
+* :func:`train_values`: an epoch's mean training loss, base loss and regulariser, and the regulariser's
+  share of the base loss (so ``history.csv`` shows whether the regulariser ever acted);
 * :class:`MonitorState`: Lightning's ``EarlyStopping`` and ``ModelCheckpoint(save_top_k=1)`` on one
   monitored value, as plain state (for the stacked trainer, and for keeping the best weights in
   memory when no checkpoint file is wanted).
@@ -25,8 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kcal.inputs import TASKS
 from kcal.metrics.regression import gaussian_nll
-from kcal.registry import TASKS
 
 #: validation values with a running best, and which way is better
 BEST_RULES = (("val/loss", min), ("val/nll", min), ("val/acc", max))
@@ -40,6 +42,14 @@ def monitor_mode(monitor: str) -> str:
 def diverged(train_loss: float) -> bool:
     """A run diverges when its mean training loss of an epoch is not finite."""
     return not math.isfinite(train_loss)
+
+
+def train_values(loss: float, base: float, reg: float, weight: float) -> dict[str, float]:
+    """An epoch's ``train/loss``, ``train/base``, ``train/reg`` (means over its batches) and
+    ``train/reg_share`` = ``weight * |reg| / |base|``: the weighted regulariser relative to the base loss
+    (0 without a regulariser; ~1e-10 means the term never acted)."""
+    share = weight * abs(reg) / abs(base) if base != 0 else math.inf
+    return {"train/loss": loss, "train/base": base, "train/reg": reg, "train/reg_share": share}
 
 
 def update_bests(best: dict[str, float], values: dict[str, float]) -> None:

@@ -22,7 +22,14 @@ from kcal import seeding
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetSplits
 from kcal.objectives import Objective
-from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, monitor_mode, update_bests
+from kcal.run.epoch import (
+    MonitorState,
+    ValidationAccumulator,
+    diverged,
+    monitor_mode,
+    train_values,
+    update_bests,
+)
 from kcal.run.setup import Prepared
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # a Lightning-internal deprecation, not ours
@@ -92,9 +99,12 @@ class CalibrationModule(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         n = max(self.trainer.num_training_batches, 1)
-        loss, base, reg = (self.train_sums / n).tolist()  # one host sync per epoch
-        self.log_dict({"train/loss": loss, "train/base": base, "train/reg": reg})
-        self.record({"train/loss": loss, "train/base": base, "train/reg": reg})
+        values = train_values(
+            *(self.train_sums / n).tolist(), self.objective.weight
+        )  # one host sync per epoch
+        self.log_dict(values)
+        self.record(values)
+        loss = values["train/loss"]
         if diverged(loss):
             self.diverged_epoch = self.current_epoch
             self.trainer.should_stop = True

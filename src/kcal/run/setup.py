@@ -4,7 +4,8 @@
 naming the key, and resolves the config's symbolic values in one place:
 
 * ``decision_threshold: median`` -> the training target's median (0 under the official protocol);
-* ``objective.params.bandwidth_{z,x}: median`` -> the median squared distance between training rows;
+* ``objective.params.bandwidth_z: median`` -> the median squared distance between training rows (a
+  bandwidth left null is the library's default instead: the median heuristic on each batch);
 * ``objective.bandwidth_z_phi`` (local calibration) -> ``objective.params.bandwidth_z`` from the rows'
   ``params.features`` columns only (``median``) or the number given;
 * ``objective.params.threshold: auto`` -> the decision threshold;
@@ -33,7 +34,7 @@ from kcal.models import build_model
 from kcal.objectives import Objective
 
 #: objective params that must be numbers once resolved (``median``/``auto`` are resolved first)
-NUMERIC_PARAMS = ("bandwidth_z", "bandwidth_x", "bandwidth_y", "threshold")
+NUMERIC_PARAMS = ("bandwidth_z", "bandwidth_y", "threshold")
 
 
 def objective_names(task: str | None = None) -> list[str]:
@@ -128,9 +129,10 @@ def phi_bandwidth(cfg: DictConfig, data: DatasetSplits) -> float | None:
 def objective_params(cfg: DictConfig, data: DatasetSplits, threshold: float) -> dict:
     """``objective.params`` with every symbolic value resolved to a number."""
     params = OmegaConf.to_container(cfg.objective.params, resolve=True)
-    for key in ("bandwidth_z", "bandwidth_x"):
-        if params.get(key) == "median":
-            params[key] = median_sq_distance(data.train.x)
+    if "bandwidth_x" in params:
+        raise ConfigError("objective.params.bandwidth_x is now called bandwidth_z (the kernel on x)")
+    if params.get("bandwidth_z") == "median":
+        params["bandwidth_z"] = median_sq_distance(data.train.x)
     phi = phi_bandwidth(cfg, data)
     if phi is not None:
         params["bandwidth_z"] = phi

@@ -67,7 +67,7 @@ from kcal import seeding
 from kcal.objectives import Objective
 from kcal.run import setup
 from kcal.run.artifacts import finalize, save_config, save_state
-from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, update_bests
+from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests
 from kcal.run.module import FitResult
 from kcal.run.setup import Prepared, device, prepare
 from kcal.run.single import run
@@ -306,14 +306,12 @@ class StackedTrainer:
                 finished = []
                 for pos, i in enumerate(self.active):
                     m = self.members[i]
-                    loss, base, reg = train_means[pos]
                     row = {
                         "epoch": epoch,
                         **val_rows[pos],
-                        "train/loss": loss,
-                        "train/base": base,
-                        "train/reg": reg,
+                        **train_values(*train_means[pos], self.objective.weight),
                     }
+                    loss = row["train/loss"]
                     m.history.append(row)
                     m.epochs = epoch + 1
                     if diverged(loss):
