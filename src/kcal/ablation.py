@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
 from kcal.seeds import aggregate, best_config, train_seeds
+from kcal.storage_url import keeps_password_off_disk
 from kcal.sweep import apply
 
 
@@ -102,6 +103,7 @@ def draw(table: pd.DataFrame, key: str, metrics: list[str], stem: Path, title: s
     plt.close(fig)
 
 
+@keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="ablation")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

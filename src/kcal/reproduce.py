@@ -29,6 +29,7 @@ from kcal.progress import Progress
 from kcal.registry import PAPER_DATASETS as DATASETS
 from kcal.registry import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.seeds import chunk_units, chunks, collect, run_seeds, seed_dirs
+from kcal.storage_url import keeps_password_off_disk
 from kcal.sweep import counted, open_study, sweep
 from kcal.workers import Stage, run_pool
 
@@ -144,6 +145,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     return results_csv
 
 
+@keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="reproduce")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

@@ -29,6 +29,7 @@ from kcal.fingerprint import check_seeds
 from kcal.progress import Progress
 from kcal.registry import RESULT_COLUMNS
 from kcal.run import run
+from kcal.storage_url import keeps_password_off_disk, masked
 
 TIDY_COLUMNS = list(RESULT_COLUMNS)
 PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
@@ -51,7 +52,7 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
     """``cfg`` with the best trial's parameters of the ``seeds_run.best_from`` study applied."""
     if not cfg.seeds_run.use_best:
         return cfg, {}
-    from kcal.sweep import apply, best_trial, open_study
+    from kcal.sweep import apply, best_trial, open_study, storage_url
 
     study_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     best_from = str(cfg.seeds_run.best_from)
@@ -62,7 +63,7 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
         best = best_trial(open_study(study_cfg, create=False))
     except KeyError:
         raise ConfigError(
-            f"no sweep study {study_cfg.sweep.study_name!r} in {cfg.sweep.storage or Path(cfg.root) / 'sweeps.db'}; "
+            f"no sweep study {study_cfg.sweep.study_name!r} in {masked(storage_url(cfg))}; "
             f"run `python -m kcal.sweep dataset={cfg.dataset.name} objective={best_from}` first, "
             "or pass seeds_run.use_best=false to use the config as given"
         ) from None
@@ -76,6 +77,8 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
     base, best = best_config(cfg)
     base = OmegaConf.create(OmegaConf.to_container(base, resolve=True))
     base.trainer.progress_bar = False
+    if base.sweep.get("storage"):  # each seed run saves this config
+        base.sweep.storage = masked(str(base.sweep.storage))
     out = label_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     check_seeds(out, base, best, cfg)  # kcal.fingerprint: refuse finished seeds of another config
@@ -184,6 +187,7 @@ def collect(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
 
 
+@keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="seeds")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

@@ -53,6 +53,7 @@ from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
 from kcal.fingerprint import check_study, stamp_study
 from kcal.progress import Progress
 from kcal.run import run
+from kcal.storage_url import engine_url, keeps_password_off_disk, mask_text, masked
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
 COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
@@ -61,6 +62,10 @@ SQLITE_TIMEOUT_S = 60
 
 class TrialFailed(Exception):
     """A trial that finished without a usable value (diverged, invalid config)."""
+
+
+class StorageUnavailable(ConfigError):
+    """``sweep.storage`` cannot be opened: one line on stderr, exit status 2."""
 
 
 def storage_url(cfg: DictConfig) -> str:
@@ -76,7 +81,8 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
 
     Several processes that open a new SQLite file at the same moment race to create Optuna's schema
     (one fails with a UNIQUE constraint or "table already exists" error); the schema then exists,
-    so opening it again succeeds.
+    so opening it again succeeds. A storage that cannot be opened (no server, a refused connection,
+    a driver not installed, a malformed URL) is a :class:`StorageUnavailable`, its password masked.
     """
     url = storage_url(cfg)
     engine_kwargs = {}
@@ -93,7 +99,7 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
             with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental"
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
-                    url,
+                    engine_url(url),
                     engine_kwargs=engine_kwargs,
                     heartbeat_interval=int(cfg.sweep.heartbeat_interval),
                     grace_period=int(grace) if grace else None,
@@ -101,11 +107,22 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
                         max_retry=int(cfg.sweep.max_retry)
                     ),
                 )
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as exc:
             if attempt == 2:
-                raise
+                raise StorageUnavailable(unavailable_message(url, exc)) from None
             time.sleep(0.5 * (attempt + 1))
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
+            raise StorageUnavailable(unavailable_message(url, exc)) from None
     raise AssertionError("unreachable")
+
+
+def unavailable_message(url: str, exc: Exception) -> str:
+    """Why ``url`` cannot be opened, in one line without its password."""
+    cause = getattr(exc, "orig", None) or exc.__cause__ or exc  # the driver's own message, if any
+    reason = " ".join(str(cause).split()) or type(cause).__name__
+    if isinstance(exc, ImportError):
+        reason = f"{reason} (its database driver is not installed)"
+    return mask_text(f"cannot open sweep.storage={masked(url)}: {reason}", url)
 
 
 def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
@@ -126,7 +143,7 @@ def open_checked_study(cfg: DictConfig) -> optuna.Study:
     space = search_space(cfg)
     study = open_study(cfg)
     if check_study(study, cfg, space):
-        optuna.delete_study(study_name=study.study_name, storage=storage_url(cfg))
+        optuna.delete_study(study_name=study.study_name, storage=open_storage(cfg))
         shutil.rmtree(Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep", ignore_errors=True)
         study = open_study(cfg)
         stamp_study(study, cfg, space)
@@ -187,7 +204,11 @@ def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
 
 
 def apply(cfg: DictConfig, params: dict) -> DictConfig:
+    """A resolved copy of ``cfg`` with ``params`` set; its storage URL without a password, since runs
+    save this config."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    if out.get("sweep") and out.sweep.get("storage"):
+        out.sweep.storage = masked(str(out.sweep.storage))
     for path, value in params.items():
         OmegaConf.update(out, path, value, merge=False)
     return out
@@ -396,6 +417,7 @@ def best_value(study: optuna.Study) -> float | None:
         return None
 
 
+@keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="sweep")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
@@ -405,7 +427,7 @@ def main(cfg: DictConfig) -> None:
     if best is None and finished:
         raise IncompleteError(no_usable_trial(study))
     print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); best value "
-          f"{best if best is not None else '-'}; storage {storage_url(cfg)}")  # fmt: skip
+          f"{best if best is not None else '-'}; storage {masked(storage_url(cfg))}")  # fmt: skip
 
 
 if __name__ == "__main__":
