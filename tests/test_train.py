@@ -73,6 +73,16 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path):
     assert any(float(row["train/reg_share"]) > 0 for row in rows)
 
 
+def test_a_null_bandwidth_in_the_config_is_the_per_batch_median_heuristic(tmp_path):
+    """The library's default serves the configs too: null bandwidths train, and the term acts."""
+    cfg = cfg_for(*REGRESSION, "objective=nll_mmd", "objective.params.bandwidth_z=null",
+                  "objective.params.bandwidth_y=null", "trainer.max_epochs=3")  # fmt: skip
+    metrics = run(cfg, tmp_path)
+    assert metrics["status"] == "ok"
+    rows = list(csv.DictReader((tmp_path / "history.csv").open()))
+    assert min(float(row["train/reg_share"]) for row in rows) > 1e-4
+
+
 @pytest.mark.parametrize(
     "overrides",
     [[*REGRESSION, "objective=nll_mmd", "seed=2"],
