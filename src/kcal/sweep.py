@@ -51,6 +51,7 @@ from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
 from kcal.fingerprint import check_study, stamp_study
+from kcal.formula import evaluate, formula_names, is_number, number
 from kcal.progress import Progress
 from kcal.run import run
 from kcal.storage_url import engine_url, keeps_password_off_disk, mask_text, masked
@@ -58,6 +59,7 @@ from kcal.storage_url import engine_url, keeps_password_off_disk, mask_text, mas
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
 COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
 SQLITE_TIMEOUT_S = 60
+SETTINGS = "settings"  # user attr: config path -> value, where shared or derived entries make it differ from the params
 
 
 class TrialFailed(Exception):
@@ -174,24 +176,48 @@ def fit_to_data(space: dict[str, dict], n_train: int) -> dict[str, dict]:
     return {**space, "trainer.batch_size": {**dist, "choices": fitting}}
 
 
-def search_space(cfg: DictConfig) -> dict[str, dict]:
-    """``hparams_search``'s common entries plus the objective's, as ``path -> distribution``; an entry set
-    to null (a space derived from another, e.g. ``median_x``) is not searched and the config's value stays."""
-    space = cfg.hparams_search
-    objectives = space.objectives
-    if cfg.objective.name not in objectives:
-        raise ConfigError(f"hparams_search={space.name} has no entry for objective {cfg.objective.name}; "
-                          f"it covers: {', '.join(objectives)}")  # fmt: skip
+def entries(cfg: DictConfig) -> dict[str, dict]:
+    """``hparams_search``'s common entries plus those of ``cfg``'s objective, without null ones; empty when
+    the config has no search space or the space does not cover the objective."""
+    space = OmegaConf.select(cfg, "hparams_search")
+    if space is None or cfg.objective.name not in space.objectives:
+        return {}
     merged = {
         **OmegaConf.to_container(space.common),
-        **OmegaConf.to_container(objectives[cfg.objective.name]),
+        **OmegaConf.to_container(space.objectives[cfg.objective.name]),
     }
-    return fit_to_data({k: v for k, v in merged.items() if v is not None}, train_rows(cfg))
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+def search_space(cfg: DictConfig) -> dict[str, dict]:
+    """``hparams_search``'s common entries plus the objective's, as ``name -> entry``; an entry set to null
+    (a space derived from another, e.g. ``median_x``) is not searched and the config's value stays.
+
+    An entry is sampled (``{choices: [...]}`` or ``{low, high[, log]}``) or derived (``{derive: formula}``).
+    A sampled entry's name is the config path it sets, unless it lists its paths in ``set``: one value for
+    several keys (``set: [a, b]``), or none (``set: []``, a value only formulas use). A derived entry's
+    name is a config path; its formula (numbers, names, ``+ - * / **``, parentheses) names entries or
+    config keys, e.g. ``{derive: "1 / (nll_weight * trainer.batch_size)"}``. See :func:`settings`.
+    """
+    space = cfg.hparams_search
+    if cfg.objective.name not in space.objectives:
+        raise ConfigError(f"hparams_search={space.name} has no entry for objective {cfg.objective.name}; "
+                          f"it covers: {', '.join(space.objectives)}")  # fmt: skip
+    merged = entries(cfg)
+    for path, entry in merged.items():
+        if "derive" in entry:
+            for name in formula_names(entry["derive"]):
+                if name not in merged or "derive" in merged[name]:
+                    number(name, OmegaConf.select(cfg, name), f"{path}'s formula {entry['derive']!r}")
+    return fit_to_data(merged, train_rows(cfg))
 
 
 def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
+    """The trial's sampled values by entry name (derived entries are computed by :func:`settings`)."""
     params = {}
     for path, dist in space.items():
+        if "derive" in dist:
+            continue
         if "choices" in dist:
             params[path] = trial.suggest_categorical(path, list(dist["choices"]))
         elif all(isinstance(dist[k], int) for k in ("low", "high")) and not dist.get("log"):
@@ -203,13 +229,37 @@ def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
     return params
 
 
+def settings(cfg: DictConfig, params: dict) -> dict:
+    """The config values (``path -> value``) that ``params`` stand for under ``cfg``'s search space.
+
+    A sampled entry's value goes to its ``set`` paths (default: its name); a name that is no entry of the
+    space is a config path (e.g. an ablation's override). A derived entry is computed when ``params``
+    hold one of its formula's names but not its own path, and every name has a value (``params``, then
+    the values set here, then the config); otherwise the config's value stays. So a trial's and its best
+    trial's params give the same config.
+    """
+    space = entries(cfg)
+    out = {}
+    for name, value in params.items():
+        for path in space.get(name, {}).get("set", [name]):
+            out[path] = value
+    for path, entry in space.items():
+        if "derive" not in entry or path in params or not formula_names(entry["derive"]) & params.keys():
+            continue
+        values = {name: params.get(name, out.get(name, OmegaConf.select(cfg, name)))
+                  for name in formula_names(entry["derive"])}  # fmt: skip
+        if all(map(is_number, values.values())):
+            out[path] = evaluate(entry["derive"], values)
+    return out
+
+
 def apply(cfg: DictConfig, params: dict) -> DictConfig:
-    """A resolved copy of ``cfg`` with ``params`` set; its storage URL without a password, since runs
-    save this config."""
+    """A resolved copy of ``cfg`` with the :func:`settings` of ``params`` set; its storage URL without a
+    password, since runs save this config."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     if out.get("sweep") and out.sweep.get("storage"):
         out.sweep.storage = masked(str(out.sweep.storage))
-    for path, value in params.items():
+    for path, value in settings(cfg, params).items():
         OmegaConf.update(out, path, value, merge=False)
     return out
 
@@ -263,6 +313,9 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
             trial.set_user_attr(STATUS, "surplus")
             raise TrialFailed("surplus: the study already has its trials")
         params = sample(trial, space)
+        applied = settings(cfg, params)
+        if applied != params:  # shared or derived entries: record the config values the params stand for
+            trial.set_user_attr(SETTINGS, applied)
         out = trial_dir / f"trial_{trial.number:04d}"
         trial_cfg = apply(cfg, params)
         trial_cfg.trainer.progress_bar = False
@@ -343,7 +396,8 @@ def no_usable_trial(study: optuna.Study) -> str:
 def write_best(study: optuna.Study, sweep_dir: Path) -> Path:
     best = best_trial(study)
     info = {"study": study.study_name, "trial": best.number, "value": best.value, "params": best.params,
-            "overrides": [f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in best.params.items()],
+            "overrides": [f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
+                          for k, v in best.user_attrs.get(SETTINGS, best.params).items()],
             "user_attrs": best.user_attrs}  # fmt: skip
     sweep_dir.mkdir(parents=True, exist_ok=True)
     path = sweep_dir / "best.json"
