@@ -45,7 +45,7 @@ def test_every_objective_trains_two_epochs(overrides, tmp_path):
     assert metrics["status"] == "ok" and metrics["epochs"] == 2
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved == metrics
-    for f in ("config.yaml", "run.json", "checkpoints/best.ckpt", "csv/metrics.csv"):
+    for f in ("config.yaml", "run.json", "checkpoints/best.pt", "csv/metrics.csv"):
         assert (tmp_path / f).is_file(), f
     if "dataset=crime" in overrides:
         keys = ["val/nll", "test/nll", "test/qce", "test/dce", "test_recal/qce", "test_recal/nll",
@@ -97,7 +97,7 @@ def test_a_run_that_keeps_its_best_weights_in_memory_gives_the_same_results(over
     run(lean, tmp_path / "lean")
     for name in ("metrics.json", "history.csv"):
         assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "lean" / name).read_bytes(), name
-    assert (tmp_path / "full" / "checkpoints" / "best.ckpt").is_file()
+    assert (tmp_path / "full" / "checkpoints" / "best.pt").is_file()
     assert not (tmp_path / "lean" / "checkpoints").exists() and not (tmp_path / "lean" / "csv").exists()
 
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 # The middle process plays the reproduction: it starts one worker watched by exit_with_parent, prints
 # the worker's pid, and waits. The worker would sleep for 10 minutes if nothing stopped it.
 PARENT = """
@@ -52,3 +54,19 @@ def test_worker_exits_when_its_parent_is_killed(tmp_path):
         parent.kill()
         if worker is not None and alive(worker):
             os.kill(worker, signal.SIGKILL)
+
+
+def test_progress_weighs_a_trial_by_its_dataset_and_regulariser():
+    """A reproduction's ETA counts a blog trial (36k training rows) as more work than a crime one."""
+    from hydra import compose, initialize_config_dir
+
+    from kcal.configs import CONFIG_DIR
+    from kcal.workers import REGULARISER_COST, work_cost
+
+    def cfg(dataset, objective):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose("sweep", overrides=[f"dataset={dataset}", f"objective={objective}"])
+
+    crime, blog = work_cost(cfg("crime", "nll")), work_cost(cfg("blog", "nll"))
+    assert crime == pytest.approx(1.395) and blog / crime > 20
+    assert work_cost(cfg("crime", "nll_mmd")) == pytest.approx(REGULARISER_COST * crime)

@@ -9,7 +9,7 @@ Measured in one process, side by side; every timing is repeated ``--repeats`` ti
 reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estimate.md``) under ``--out``
 (default ``outputs/bench``).
 
-* ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.run.module.fit``, Lightning) with the base
+* ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.run.module.fit_members``: Lightning driving the engine) with the base
   loss vs base + MMD (``nll`` vs ``nll_mmd`` on regression, ``xe`` vs ``xe_mmd`` on classification).
   Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off.
 * ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
@@ -54,8 +54,9 @@ from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
 from kcal.registry import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
 from kcal.run import run
 from kcal.run.artifacts import finalize
+from kcal.run.engine import Engine, Member, adam
 from kcal.run.epoch import ValidationAccumulator
-from kcal.run.module import fit
+from kcal.run.module import fit_members, member_result
 from kcal.run.setup import Prepared, build, prepared_from
 from kcal.run.setup import prepare as prepare_run
 
@@ -192,12 +193,13 @@ def fixed_epochs(prep: Prepared, epochs: int) -> Prepared:
 
 
 def fit_seconds(prep: Prepared, epochs: int) -> float:
-    """Wall time of ``kcal.run.module.fit`` (Lightning) for exactly ``epochs`` epochs."""
+    """Wall time of ``kcal.run.module.fit_members`` (Lightning driving the engine, one member) for exactly
+    ``epochs`` epochs."""
     p = fixed_epochs(prep, epochs)
-    model = build(p, p.cfg.seed)
+    dev = torch.device("cpu")
     with tempfile.TemporaryDirectory() as d, quiet():
         t0 = time.perf_counter()
-        fit(p, model, Path(d))
+        fit_members(p, [Member.create(int(p.cfg.seed), p.cfg, Path(d), dev)], dev, out=Path(d))
         return time.perf_counter() - t0
 
 
@@ -216,7 +218,7 @@ def lightning_epoch_seconds(prep: Prepared, epochs: tuple[int, int], repeats: in
 
 
 def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -> float:
-    """Median seconds per epoch of a minimal torch loop doing the same work as ``kcal.run.module.fit``: the same
+    """Median seconds per epoch of a minimal torch loop doing the same work as ``kcal.run.module.fit_members``: the same
     model, batches, objective (with its noise stream), Adam, clipping, and per-epoch validation (objective
     on ``eval_batch_size`` chunks and the whole-split metrics of :class:`kcal.run.epoch.ValidationAccumulator`)."""
     cfg, obj = prep.cfg, prep.objective
@@ -224,7 +226,7 @@ def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -
     train, val = prep.data.train.to(device), prep.data.val.to(device)
     batches = TensorBatches(train.x, train.y, cfg.trainer.batch_size, shuffle=True, drop_last=True,
                             seed=seeding.shuffle_seed(cfg.seed))  # fmt: skip
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+    opt = adam(list(model.parameters()), cfg)  # the optimiser kcal trains with (fused where torch has it)
     noise = seeding.generator(seeding.noise_seed(cfg.seed), device)
     clip = cfg.trainer.gradient_clip_val
     times = []
@@ -305,7 +307,7 @@ def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
                                 "s/epoch, validation included, log_dce off"))  # fmt: skip
         rows.append(Row(device, "mmd_overhead", name, f"{base_obj} vs {mmd_obj}", base_obj, per[base_obj], mmd_obj,
                         per[mmd_obj], per[mmd_obj] / per[base_obj], TARGETS["mmd_overhead"], args.repeats,
-                        "s/epoch (kcal.run.module.fit), validation included"))  # fmt: skip
+                        "s/epoch (kcal.run.module.fit_members), validation included"))  # fmt: skip
     if args.seeds_dataset and (available(args.seeds_dataset) or args.seeds_dataset in SYNTHETIC_SHAPES):
         rows += bench_seeds(device, acc, small, args, log)
     return rows
@@ -409,8 +411,6 @@ class Estimate:
 
 
 def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Estimate:
-    from kcal.run.stacked import Member, StackedTrainer
-
     # as the protocol runs it: the config's defaults (per-epoch DCE curves and per-run figures included)
     cfg = compose_cfg(
         f"dataset={name}", f"objective={obj}", "trainer.accelerator=cpu", protocol_defaults=True
@@ -419,19 +419,20 @@ def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Esti
     prep = prepare(cfg)
     prep_s = time.perf_counter() - t0
     per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), repeats)
-    model = build(prep, 0)
+    dev = torch.device("cpu")
     with tempfile.TemporaryDirectory() as d, quiet():
         p = fixed_epochs(prep, 1)
-        fitted, result = fit(p, model, Path(d))
+        engine, _ = fit_members(p, [Member.create(0, p.cfg, Path(d), dev)], dev)
+        member = engine.members[0]
+        model = build(p, 0)
+        model.load_state_dict(member.ckpt_state)
         t0 = time.perf_counter()
-        finalize(p, fitted.model, result, Path(d), 0)
+        finalize(p, model, member_result(member, 0.0), Path(d), 0)
         finalize_s = time.perf_counter() - t0
-    members = [Member(seed=s, cfg=cfg, out=Path("."), shuffle=torch.Generator().manual_seed(s),
-                      noise=seeding.generator(seeding.noise_seed(s))) for s in range(seeds)]  # fmt: skip
-    trainer = StackedTrainer(prep, members, torch.device("cpu"))
+    engine = Engine(prep, [Member.create(s, cfg, Path("."), dev) for s in range(seeds)], dev)
     t0 = time.perf_counter()
-    trainer.train_epoch()
-    trainer.validate()
+    engine.train_epoch()
+    engine.validate()
     vec_epoch = time.perf_counter() - t0
     e = Estimate(name, obj, len(prep.data.train), prep.data.info.d, per_epoch, prep_s + setup + finalize_s, vec_epoch,
                  finalize_s, prep.data.info.sources.get("synthetic") is not None)  # fmt: skip

@@ -372,8 +372,12 @@ _ALIASES = {"gaussian": "rbf", "tanh": "tanh_decision", "laplace": "laplacian"}
 
 def kernel_param_names(name: str) -> tuple[str, ...]:
     """The parameter names accepted by kernel ``name`` (after the two inputs)."""
-    fn = KERNELS[kernel_key(name)]
-    return tuple(list(inspect.signature(fn).parameters)[2:])
+    return _param_names(kernel_key(name))
+
+
+@functools.cache
+def _param_names(key: str) -> tuple[str, ...]:
+    return tuple(list(inspect.signature(KERNELS[key]).parameters)[2:])  # inspect is slow: once per kernel
 
 
 def kernel_key(name: str) -> str:

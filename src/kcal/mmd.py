@@ -31,6 +31,7 @@ formulation is used (the fused fast paths are eager-only), so ``vmap``/``grad`` 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -195,8 +196,14 @@ def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None
 
     ``k_ff = (Q K Q^T) o K_z``, ``k_tf = (Y K Q^T) o K_z``, ``k_tt = (Y K Y^T) o K_z``,
 
-    then ``mmd2_unbiased``. Cost O(n^2 m + n m^2). Batched: ``probs (..., n, m)``, ``labels (..., n)``,
-    ``k_y (m, m)`` or ``(..., m, m)``, ``k_z (..., n, n)``; returns shape ``(...)``.
+    then ``mmd2_unbiased``. With K and K_z symmetric, ``h_ij = (y_i - q_i)^T K (y_j - q_j) K_z[i, j]``, so
+    with ``D = Y - Q`` and ``W = K_z`` with a zero diagonal (all ones off it without Z)
+
+    ``MMD^2 = sum((W D K) o D) / (n (n - 1))``,
+
+    which is what is computed: one (n, n) x (n, m) product instead of three (n, n) Gram matrices. Cost
+    O(n^2 m + n m^2). Batched: ``probs (..., n, m)``, ``labels (..., n)``, ``k_y (m, m)`` or
+    ``(..., m, m)``, ``k_z (..., n, n)``; returns shape ``(...)``. ``n < 2`` raises ``ValueError``.
     """
     probs, labels, k_y = torch.as_tensor(probs), torch.as_tensor(labels), torch.as_tensor(k_y)
     if k_z is not None:
@@ -204,17 +211,37 @@ def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None
     m = probs.shape[-1]
     if k_y.shape[-2:] != (m, m):
         raise ValueError(f"k_y must be ({m}, {m}) for {m} classes, got {tuple(k_y.shape)}")
-    y1 = F.one_hot(labels.long(), m).to(probs.dtype)
+    n = probs.shape[-2]
+    if n < 2:
+        raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+    onehot = F.one_hot(labels.long(), m).to(probs.dtype)
     k_y = k_y.to(probs.dtype)
-    qk = probs @ k_y
-    yk = y1 @ k_y
-    pt = probs.transpose(-1, -2)
-    k_ff = qk @ pt
-    k_tf = yk @ pt
-    k_tt = yk @ y1.transpose(-1, -2)
-    if k_z is not None:
-        k_tt, k_tf, k_ff = k_tt * k_z, k_tf * k_z, k_ff * k_z
-    return mmd2_unbiased(k_tt, k_tf, k_ff)
+    w = _offdiag_weight(k_z, n, probs.dtype, probs.device)
+    if not (w.requires_grad or k_y.requires_grad or functorch_active()):
+        need = probs.requires_grad and torch.is_grad_enabled()
+        return _AnalyticClassMMD.apply(probs, onehot, k_y, w, need) / (n * (n - 1))
+    diff = onehot - probs
+    return ((w @ (diff @ k_y)) * diff).sum((-2, -1)) / (n * (n - 1))
+
+
+class _AnalyticClassMMD(torch.autograd.Function):
+    """``S = sum((W D K) o D)`` with ``D = Y - Q`` (``analytic_mmd2``) and, in the same pass, its gradient
+    ``dS/dQ = -2 W D K`` (W and K symmetric, neither needing a gradient): one product chain forward,
+    one multiplication backward."""
+
+    @staticmethod
+    def forward(ctx, probs, onehot, k_y, w, need):
+        diff = onehot - probs
+        g = w @ (diff @ k_y)
+        if need:
+            ctx.save_for_backward(g)
+        return (g * diff).sum((-2, -1))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        (g,) = ctx.saved_tensors
+        return g * (-2.0 * grad_out)[..., None, None], None, None, None, None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -762,13 +789,13 @@ class _AnalyticRBFMMD(torch.autograd.Function):
 
 
 def _offdiag_weight(k_z: Tensor | None, n: int, dtype, device) -> Tensor:
-    """``K_z`` (or a matrix of ones) with its diagonal set to 0."""
+    """``K_z`` (``(..., n, n)``, or a matrix of ones) with its diagonal set to 0."""
     if k_z is None:
         return 1.0 - torch.eye(n, dtype=dtype, device=device)
     if k_z.requires_grad or functorch_active():
         return k_z.to(dtype) * (1.0 - torch.eye(n, dtype=dtype, device=device))
     w = k_z.to(dtype).clone()
-    w.fill_diagonal_(0.0)
+    w.diagonal(dim1=-2, dim2=-1).zero_()  # leading batch dimensions too
     return w
 
 
@@ -835,7 +862,9 @@ def _rbf_sample_mmd2_index(y: Tensor, draws: Tensor, bw: float, k_z: Tensor | No
 # ----------------------------------------------------------------------------------------------------
 # Classification adapter
 # ----------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
 def _class_kernel(kernel_y: str, num_classes: int, bandwidth_y: float, dtype, device) -> Tensor:
+    """The (m, m) class kernel, built once per (kernel, m, bandwidth, dtype, device); never modified."""
     key = kernel_y.lower()
     if key in ("rbf", "gaussian"):
         return kernels.class_rbf(num_classes, bandwidth_y, dtype=dtype, device=device)

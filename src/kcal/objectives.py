@@ -19,6 +19,7 @@ marginalised analytically).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -110,5 +111,10 @@ class Objective:
 
 def _accepted(fn, params: dict) -> dict:
     """The subset of ``params`` that ``fn`` takes as keyword arguments."""
-    names = inspect.signature(fn).parameters
+    names = _keywords(fn)
     return {k: v for k, v in params.items() if k in names}
+
+
+@functools.cache
+def _keywords(fn) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)  # inspect is slow: once per function

@@ -79,20 +79,22 @@ def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
 
 
 def protocol_progress(runnable: list[Stage]) -> Progress:
-    """The protocol's work in sweep-trial units: every study's trials and every chunk of seeds."""
+    """The protocol's work, every study's trials and every chunk of seeds, each weighted by its
+    estimated cost (:func:`kcal.workers.work_cost`), so the ETA does not count a blog trial as a crime one."""
     total = done = 0.0
     for st in runnable:
+        cost = st.cost
         if st.sweeps:
             n = int(st.cfg.sweep.n_trials)
-            total += n
+            total += n * cost
             try:
-                done += min(n, counted(open_study(st.cfg, create=False))[0])
+                done += min(n, counted(open_study(st.cfg, create=False))[0]) * cost
             except KeyError:  # no study yet
                 pass
         dirs = seed_dirs(st.cfg)
         finished = sum((d / "metrics.json").is_file() for d in dirs.values())
-        total += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(dirs)))
-        done += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(range(finished))))
+        total += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(dirs))) * cost
+        done += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(range(finished)))) * cost
     return Progress(total, "protocol", done=done)
 
 

@@ -5,7 +5,7 @@
 
 Writes into the Hydra run directory what :func:`kcal.run.run` writes (:mod:`kcal.run.artifacts`):
 ``config.yaml``, ``metrics.json``, ``run.json``, ``history.csv``, ``predictions.npz``, ``figures/``,
-``checkpoints/best.ckpt`` and ``csv/metrics.csv``.
+``checkpoints/best.pt`` and ``csv/metrics.csv``.
 """
 
 from __future__ import annotations

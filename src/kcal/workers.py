@@ -37,6 +37,7 @@ from kcal.sweep import (
     open_study,
     run_trial,
     search_space,
+    train_rows,
     trial_line,
     write_best,
 )
@@ -79,6 +80,24 @@ class Stage:
     def study_key(self) -> tuple[str, str]:
         return self.dataset, str(self.cfg.seeds_run.best_from)
 
+    @property
+    def cost(self) -> float:
+        """The estimated cost of one of its trials (:func:`work_cost`)."""
+        return work_cost(self.cfg)
+
+
+REGULARISER_COST = 1.6
+"""An epoch with a calibration regulariser costs about this many epochs without one (``kcal.bench``'s
+per-epoch times on adult, dry-bean and crime, XE vs XE + MMD and NLL vs NLL + MMD: 1.60-1.75)."""
+
+
+def work_cost(cfg: DictConfig) -> float:
+    """A trial's (or a single seed's) estimated cost in units of an epoch pass over 1000 training rows
+    without a regulariser: an epoch's minibatch steps scale with the training rows, and a regulariser
+    adds ``REGULARISER_COST``. Progress counts work in these units, so a reproduction's ETA after
+    crime's 1-2 s trials is not that of blog's 20-120 s ones."""
+    return train_rows(cfg) / 1000.0 * (REGULARISER_COST if cfg.objective.get("regularizer") else 1.0)
+
 
 def sweep_dir(cfg: DictConfig) -> Path:
     return Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
@@ -115,6 +134,7 @@ def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> s
 def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float = 5.0) -> None:
     """Run every stage's sweep trials and seed chunks on ``jobs`` processes; return when all are done."""
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
+    costs = {key: work_cost(cfg) for key, cfg in studies.items()}
     opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
     containers = {key: OmegaConf.to_container(cfg, resolve=True) for key, cfg in studies.items()}
     swept: set[tuple[str, str]] = set()
@@ -192,10 +212,10 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
                     if kind == "trial":
                         in_flight[what] -= 1
                         line, counts = fut.result()
-                        progress.advance(counts, line)
+                        progress.advance(counts * costs[what], line)
                     else:
                         line = fut.result()
-                        progress.advance(chunk_units(len(group)), line)
+                        progress.advance(chunk_units(len(group)) * what.cost, line)
                         chunks_left[id(what)] -= 1
                         if chunks_left[id(what)] == 0:
                             summarize(what.cfg)

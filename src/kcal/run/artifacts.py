@@ -1,4 +1,4 @@
-"""What a finished run leaves in its directory, written in one place for both trainers.
+"""What a finished run leaves in its directory, written in one place for every run and stacked member.
 
 * ``config.yaml``: the resolved config (:func:`save_config`);
 * ``metrics.json``: the evaluation of the best weights, deterministic (same config and seed give the
@@ -7,8 +7,7 @@
 * ``history.csv``: one row per epoch (:func:`write_history`);
 * ``predictions.npz``: val/test predictions, so figures can be redrawn without training;
 * ``figures/``: per-run figures when ``figures: true`` (:func:`kcal.figures.draw_run_figures`);
-* checkpoints: Lightning's ``checkpoints/best.ckpt`` (single runs, written during the fit) or
-  ``checkpoints/best.pt`` (a stacked member's ``state_dict``, :func:`save_state`).
+* ``checkpoints/best.pt``: the best weights' ``state_dict`` when ``save_checkpoint`` (:func:`save_state`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The per-epoch rules of training, one implementation for both trainers.
+"""The per-epoch rules of training, one implementation for every run.
 
-The Lightning module (:mod:`kcal.run.module`) and the stacked trainer (:mod:`kcal.run.stacked`) call
-these, so a change of a validation metric, of the running bests or of the stopping rule is made once:
+The training loop (:mod:`kcal.run.engine`) calls these for every member of every run, so a change of a
+validation metric, of the running bests or of the stopping rule is made once:
 
 * :class:`ValidationAccumulator`: the whole-split validation metrics from per-batch outputs
   (``val/loss`` = the objective weighted by batch rows, ``val/nll``, and ``val/acc`` for classes);

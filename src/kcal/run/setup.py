@@ -11,7 +11,7 @@ naming the key, and resolves the config's symbolic values in one place:
 * ``objective.params.threshold: auto`` -> the decision threshold;
 * ``recalibrator: auto`` -> the task's default (:func:`kcal.evaluation.resolve_recalibrator`).
 
-Both trainers (:mod:`kcal.run.module`, :mod:`kcal.run.stacked`) start from the :class:`Prepared` it
+The training loop (:mod:`kcal.run.engine`) starts from the :class:`Prepared` it
 returns, so a single run and a stacked member see the same objective, threshold and data.
 """
 

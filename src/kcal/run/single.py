@@ -1,15 +1,19 @@
-"""One run from one config: prepare, fit with Lightning, restore the best weights, finalize."""
+"""One run from one config, and the members of a seed stack: prepare, train, restore the best
+weights, evaluate, write the run's files (:mod:`kcal.run.artifacts`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from kcal.run import setup
-from kcal.run.artifacts import finalize, save_config
-from kcal.run.module import fit
+from kcal.run.artifacts import finalize, save_config, save_state
+from kcal.run.engine import Member
+from kcal.run.module import fit_members, member_result
+from kcal.run.setup import Prepared
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict:
@@ -18,6 +22,33 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)  # stray global-RNG users stay seeded too
     prep = setup.prepare(cfg)
-    save_config(cfg, out)
-    module, result = fit(prep, setup.build(prep, cfg.seed), out)
-    return finalize(prep, module.model, result, out, cfg.seed)
+    return train_members(prep, [int(cfg.seed)], [cfg], [out], progress=False, log_dir=out)[0]
+
+
+def train_members(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs: list[Path],
+                  progress: bool, log_dir: Path | None = None) -> list[dict]:  # fmt: skip
+    """Train one member per seed in one engine and write each member's files; the metrics, in order.
+    ``log_dir``: where Lightning's CSV log of a single run goes (None: no log, as for seed reruns)."""
+    dev = setup.device(prep.cfg)
+    members = [Member.create(s, c, Path(o), dev) for s, c, o in zip(seeds, cfgs, outs, strict=True)]
+    for m in members:
+        save_config(m.cfg, m.out)
+    single = len(members) == 1
+    _, seconds = fit_members(prep, members, dev, out=log_dir if single else None, progress=progress)
+    results = []
+    for m in members:
+        mprep = replace(prep, cfg=m.cfg)
+        model = setup.build(mprep, m.seed).to(dev)
+        if m.diverged_epoch is None and m.ckpt_state is not None:
+            model.load_state_dict(m.ckpt_state)
+        elif m.final_state is not None:
+            model.load_state_dict(m.final_state)
+        if m.ckpt_state is not None and m.cfg.save_checkpoint:
+            save_state(m.ckpt_state, m.out)
+        result = member_result(m, seconds / len(members))
+        extra = None if single else {
+            "vectorized": {"members": len(members), "seeds": seeds, "chunk_train_seconds": seconds,
+                           "train_seconds_note": "train_seconds is this member's share of the chunk"}}  # fmt: skip
+        pl.seed_everything(m.seed, workers=False, verbose=False)  # as a run leaves the global RNGs
+        results.append(finalize(mprep, model, result, m.out, m.seed, extra_run_info=extra))
+    return results

@@ -5,9 +5,8 @@
 step runs every layer once for all members (``baddbmm``/``bmm`` for linear layers, BatchNorm as one
 ``batch_norm`` call over K x width channels) where a one-off probe per shape shows that this equals the
 single network's kernels and autograd for every member (:func:`linear_plan`, :func:`batch_norm_plan`),
-and member by member with the single network's own formulas otherwise. The per-member optimiser
-(:func:`adam`, :func:`compact_optimizer`) and gradient clipping (:func:`clip_grad_norm_per_member`)
-complete what :mod:`kcal.run.stacked` needs to train K seeds as one.
+and member by member with the single network's own formulas otherwise. Per-member gradient clipping
+(:func:`clip_grad_norm_per_member`) completes what :mod:`kcal.run.engine` needs to train K seeds as one.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
 from torch import nn
 
 from kcal.models.mlp import GaussianMLP, SoftmaxMLP
@@ -261,25 +259,6 @@ def member_slice(outputs, i: int):
 # ------------------------------------------------------------------------------------------------
 # Optimiser and clipping (per member)
 # ------------------------------------------------------------------------------------------------
-def adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
-    """Lightning's ``Adam(lr, weight_decay)``. ``foreach=True`` runs the same per-tensor arithmetic as the
-    single-tensor default on CPU (bit-identical, tested) but ~1.4x faster on stacked parameters; on CUDA
-    it is the default anyway. (``fused=True`` would be 4x faster but rounds differently.)"""
-    return torch.optim.Adam(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay, foreach=True)
-
-
-def compact_optimizer(old: torch.optim.Optimizer, old_params: list[torch.Tensor], new_params: list[torch.Tensor],
-                       rows: torch.Tensor, cfg: DictConfig) -> torch.optim.Adam:  # fmt: skip
-    """A fresh Adam over ``new_params`` whose state is ``old``'s restricted to members ``rows``."""
-    new = adam(new_params, cfg)
-    for p_old, p_new in zip(old_params, new_params, strict=True):
-        state = old.state.get(p_old)
-        if state:
-            new.state[p_new] = {k: (v.clone() if k == "step" or v.dim() == 0 else v[rows].clone())
-                                for k, v in state.items()}  # fmt: skip
-    return new
-
-
 @torch.no_grad()
 def clip_grad_norm_per_member(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` applied to each member (dim 0) separately, as Lightning's

@@ -1,0 +1,304 @@
+"""The training loop, written once: K >= 1 members of one configuration, each as if trained alone.
+
+Every run trains here: a single run and a sweep trial are K = 1, a stack of seed reruns is K > 1
+(:mod:`kcal.run.stacked`), and :mod:`kcal.run.module` lets Lightning drive it one epoch at a time.
+An epoch (:meth:`Engine.epoch`) is
+
+1. the minibatch steps, as a plain torch loop with the data on the device: per member its own batch
+   order (``shuffle_seed``), forward, base loss, regulariser (its MMD draws from its own ``noise_seed``
+   generator), backward, gradient clipping over the member's parameters, one Adam step;
+2. validation on the whole split in ``eval_batch_size`` chunks (:class:`kcal.run.epoch.ValidationAccumulator`,
+   validation draws re-seeded ``eval_seed`` each epoch), and the DCE curves when ``trainer.log_dce``;
+3. the per-epoch rules of :mod:`kcal.run.epoch` for each member: history row, divergence, early stopping
+   and best weights (:class:`~kcal.run.epoch.MonitorState`, Lightning's ``EarlyStopping`` and
+   ``ModelCheckpoint(save_top_k=1)`` as plain state), ``min_epochs``/``max_epochs``. A member that stops
+   leaves the stack with its optimiser state.
+
+For K = 1 the network is the model itself (:class:`SingleNet`), so a trial costs what a hand-written
+loop costs; for K > 1 it is :class:`~kcal.run.stacked_net.StackedMLP`, whose batched kernels equal the
+single model's bit for bit where a probe shows it (member by member otherwise). Adam is ``fused`` where
+torch has it for the device (element-wise, so a member's update is the same alone or stacked) and
+``foreach`` otherwise. One host synchronisation per epoch for the training means, one per validation.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from kcal import seeding
+from kcal.objectives import Objective
+from kcal.run import setup
+from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests
+from kcal.run.setup import Prepared
+from kcal.run.stacked_net import StackedMLP, clip_grad_norm_per_member, member_slice
+
+__all__ = ["Engine", "Member", "SingleNet", "adam"]
+
+
+def adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
+    """``Adam(lr, weight_decay)``, fused where torch supports it on the parameters' device (one kernel
+    per step instead of a Python loop over tensors), otherwise ``foreach``."""
+    kwargs = {"lr": float(cfg.trainer.lr), "weight_decay": float(cfg.trainer.weight_decay)}
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except RuntimeError:  # no fused kernel for this device or dtype
+        return torch.optim.Adam(params, foreach=True, **kwargs)
+
+
+def compact_adam(old: torch.optim.Optimizer, old_params: list[torch.Tensor], new_params: list[torch.Tensor],
+                 rows: torch.Tensor, cfg: DictConfig) -> torch.optim.Adam:  # fmt: skip
+    """A fresh Adam over ``new_params`` whose state is ``old``'s restricted to members ``rows``."""
+    new = adam(new_params, cfg)
+    for p_old, p_new in zip(old_params, new_params, strict=True):
+        state = old.state.get(p_old)
+        if state:
+            new.state[p_new] = {k: (v.clone() if k == "step" or v.dim() == 0 else v[rows].clone())
+                                for k, v in state.items()}  # fmt: skip
+    return new
+
+
+class SingleNet:
+    """One model behind the stacked network's interface (outputs with a leading member dim of 1).
+
+    Training runs the model's own ``forward`` on ``x[0]``, so K = 1 pays nothing for stacking.
+    """
+
+    members = 1
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        self.model.train(mode)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.model.parameters())
+
+    def __call__(self, x: torch.Tensor):
+        return _stack_one(self.model(x[0]))
+
+    @torch.no_grad()
+    def eval_forward(self, x: torch.Tensor):
+        self.model.eval()
+        return _stack_one(self.model(x if x.dim() == 2 else x[0]))
+
+    def member_state(self, i: int) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def to(self, device) -> SingleNet:
+        self.model.to(device)
+        return self
+
+
+def _stack_one(out):
+    return tuple(t.unsqueeze(0) for t in out) if isinstance(out, tuple) else out.unsqueeze(0)
+
+
+@dataclass
+class Member:
+    """One seed's state: its generators, the Lightning callbacks' state, its history and best weights."""
+
+    seed: int
+    cfg: DictConfig
+    out: Path
+    shuffle: torch.Generator
+    noise: torch.Generator
+    monitor: MonitorState | None = None  # EarlyStopping + ModelCheckpoint on trainer.monitor
+    history: list[dict] = field(default_factory=list)
+    best: dict[str, float] = field(default_factory=dict)
+    diverged_epoch: int | None = None
+    ckpt_state: dict | None = None  # the best weights (ModelCheckpoint's file, kept in memory)
+    final_state: dict | None = None
+    epochs: int = 0
+
+    def __post_init__(self):
+        if self.monitor is None:
+            self.monitor = MonitorState(str(self.cfg.trainer.monitor), int(self.cfg.trainer.patience))
+
+    @classmethod
+    def create(cls, seed: int, cfg: DictConfig, out: Path, device: torch.device) -> Member:
+        """A member with its batch-order and MMD-noise generators seeded from ``seed`` on ``device``."""
+        return cls(seed=seed, cfg=cfg, out=out,
+                   shuffle=torch.Generator(device=device).manual_seed(seeding.shuffle_seed(seed)),
+                   noise=seeding.generator(seeding.noise_seed(seed), device))  # fmt: skip
+
+
+def noise_samples(objective: Objective) -> int | None:
+    """M when a step of the objective draws ``randn((M, n), generator=g)`` inside ``regression_mmd``
+    (its only use of the generator), else None."""
+    if not objective.uses_noise or objective.params.get("pairing", "index") == "analytic":
+        return None
+    from kcal.mmd import regression_mmd
+
+    default = inspect.signature(regression_mmd).parameters["num_samples"].default
+    return int(objective.params.get("num_samples", default))
+
+
+class Engine:
+    """Trains ``members`` (one config, one seed each) side by side; see the module docstring."""
+
+    def __init__(self, prep: Prepared, members: list[Member], device: torch.device):
+        self.prep, self.members, self.device = prep, members, device
+        cfg = prep.cfg
+        self.t = cfg.trainer
+        self.objective = prep.objective
+        self.task = prep.task
+        self.log_dce = bool(self.t.log_dce) and self.task == "regression"
+        self.train_split = prep.data.train.to(device)
+        self.val_split = prep.data.val.to(device)
+        self.noise_samples = noise_samples(self.objective)
+        models = [setup.build(prep, m.seed) for m in members]
+        self.net = (SingleNet(models[0]) if len(models) == 1 else StackedMLP(models)).to(device)
+        self.opt = adam(self.net.parameters(), cfg)
+        self.active = list(range(len(members)))  # member index of each stack position
+        self.base = torch.func.vmap(self.objective.base)
+        self.weight = float(self.objective.weight)
+        self.has_reg = self.objective.regularizer is not None and self.weight != 0
+        clip = self.t.gradient_clip_val
+        self.clip = float(clip) if clip is not None and clip > 0 else None
+        self.max_epochs, self.min_epochs = int(self.t.max_epochs), int(self.t.min_epochs or 0)
+
+    # ---- the minibatch steps of one epoch -----------------------------------------------------------
+    def train_epoch(self) -> torch.Tensor:
+        """One epoch of minibatch steps for the active members; (K, 3) means of loss, base, regulariser."""
+        x, y = self.train_split.x, self.train_split.y
+        n, bs = x.shape[0], int(self.t.batch_size)
+        nb = n // bs  # drop_last
+        k = len(self.active)
+        gens = [self.members[i].shuffle for i in self.active]
+        single = isinstance(self.net, SingleNet)
+        if single:
+            perm = torch.randperm(n, device=x.device, generator=gens[0])
+        else:
+            perms = torch.stack([torch.randperm(n, device=x.device, generator=g) for g in gens])
+        sums = torch.zeros(k, 3, device=x.device)
+        self.net.training = True
+        params = self.net.parameters()
+        for b in range(nb):
+            if single:  # the plain loop: no batched kernels, no vmap
+                idx = perm[b * bs : (b + 1) * bs]
+                xb, yb = x[idx], y[idx]
+                out = self.net.model(xb)
+                base = self.objective.base(out, yb)
+                reg = self._regularizer(out, xb, yb, 0) if self.has_reg else torch.zeros_like(base)
+                loss = base + self.weight * reg if self.has_reg else base
+                total = loss
+            else:
+                idx = perms[:, b * bs : (b + 1) * bs]
+                xb, yb = x[idx], y[idx]
+                outputs = self.net(xb)
+                base = self.base(outputs, yb)
+                if self.has_reg:
+                    reg = torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i)
+                                       for i in range(k)])  # fmt: skip
+                    loss = base + self.weight * reg
+                else:
+                    reg = torch.zeros_like(base)
+                    loss = base
+                total = loss.sum()
+            for p in params:
+                p.grad = None
+            total.backward()
+            if self.clip is not None:
+                if single:
+                    torch.nn.utils.clip_grad_norm_(params, self.clip)
+                else:
+                    clip_grad_norm_per_member(params, self.clip)
+            self.opt.step()
+            sums += torch.stack([loss.detach(), base.detach(), reg.detach()], dim=-1)
+        return sums / max(nb, 1)
+
+    def _regularizer(self, out_i, x_i, y_i, pos: int) -> torch.Tensor:
+        eps = None
+        if self.noise_samples is not None:
+            mean = out_i[0]
+            gen = self.members[self.active[pos]].noise
+            eps = torch.randn(
+                (self.noise_samples, mean.shape[0]), generator=gen, dtype=mean.dtype, device=mean.device
+            )
+        return self.objective.regularization(out_i, x_i, y_i, eps=eps)
+
+    # ---- validation (and the DCE curves) -----------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> list[dict]:
+        """Whole-split validation values of each active member (one host synchronisation each)."""
+        obj, t = self.objective, self.t
+        self.net.training = False
+        xv, yv = self.val_split.x, self.val_split.y
+        ebs = int(t.eval_batch_size)
+        bounds = [(s, min(s + ebs, xv.shape[0])) for s in range(0, xv.shape[0], ebs)]
+        outs = [self.net.eval_forward(xv[s:e]) for s, e in bounds]
+        train_out = self.net.eval_forward(self.train_split.x) if self.log_dce else None
+        rows = []
+        for pos, i in enumerate(self.active):
+            m = self.members[i]
+            gen = seeding.generator(seeding.eval_seed(m.seed), xv.device)
+            acc = ValidationAccumulator(self.task)
+            for (s, e), out in zip(bounds, outs, strict=True):
+                o, xb, yb = member_slice(out, pos), xv[s:e], yv[s:e]
+                if e - s >= 2:
+                    loss, _, _ = obj(o, xb, yb, generator=gen)
+                else:  # a 1-row tail batch has no U-statistic; the base loss alone
+                    loss = obj.base(o, yb)
+                acc.update(o, yb, loss)
+            values = {key: float(v) for key, v in acc.compute().items()}
+            if self.log_dce:
+                from kcal.diagnostics import decision_curves
+
+                seed = seeding.eval_seed(m.seed)
+                values |= decision_curves(
+                    member_slice(train_out, pos), self.train_split.y, self.prep.threshold, "train", seed
+                )
+                values |= decision_curves(acc.split()[0], yv, self.prep.threshold, "val", seed)
+            update_bests(m.best, values)
+            rows.append(values)
+        return rows
+
+    # ---- one epoch: steps, validation, the per-member rules -----------------------------------------
+    def epoch(self, epoch: int) -> list[dict]:
+        """Train and validate every active member once; apply the per-epoch rules; return the rows."""
+        train_means = self.train_epoch().tolist()  # one host sync per epoch
+        val_rows = self.validate()
+        finished, rows = [], []
+        for pos, i in enumerate(self.active):
+            m = self.members[i]
+            row = {"epoch": epoch, **val_rows[pos], **train_values(*train_means[pos], self.weight)}
+            m.history.append(row)
+            rows.append(row)
+            m.epochs = epoch + 1
+            if diverged(row["train/loss"]):
+                m.diverged_epoch = epoch
+                m.monitor.stop_requested = True
+            # EarlyStopping then ModelCheckpoint (Lightning runs checkpoint callbacks last)
+            if m.monitor.update(row, epoch):
+                m.ckpt_state = self.net.member_state(pos)
+            can_stop = m.epochs >= self.min_epochs if self.min_epochs else True
+            if (m.monitor.stop_requested and can_stop) or m.epochs >= self.max_epochs:
+                finished.append(pos)
+        if finished:
+            self._retire(finished)
+        return rows
+
+    def _retire(self, positions: list[int]) -> None:
+        for pos in positions:
+            m = self.members[self.active[pos]]
+            if m.diverged_epoch is not None:
+                m.final_state = self.net.member_state(pos)
+        keep = [p for p in range(len(self.active)) if p not in set(positions)]
+        self.active = [self.active[p] for p in keep]
+        if not keep:
+            return
+        old_params = self.net.parameters()
+        rows = torch.as_tensor(keep, dtype=torch.long, device=old_params[0].device)
+        self.net.keep(keep)
+        self.opt = compact_adam(self.opt, old_params, self.net.parameters(), rows, self.prep.cfg)
