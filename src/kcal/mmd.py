@@ -14,9 +14,9 @@ Structure of this module (one generic estimator, small adapters):
   ``torch.distributions.Distribution.sample((M,))``.
 * ``analytic_mmd2(probs, labels, k_y, k_z)``: generic estimator for discrete variables with the forecast
   randomness marginalised analytically (paper §4.1).
-* ``RegressionForm`` / ``ClassificationForm`` presets (``REGRESSION_FORMS``, ``CLASSIFICATION_FORMS``) and
-  the adapters ``regression_mmd`` and ``classification_mmd`` that build (forecast, target, Z) for a named
-  form and call the generic estimators.
+* the adapters ``regression_mmd`` and ``classification_mmd`` that build (forecast, target, Z) for a named
+  form of :mod:`kcal.calibration_forms` (``REGRESSION_FORMS``, ``CLASSIFICATION_FORMS``, re-exported
+  here) and call the generic estimators, or their fused fast paths (:mod:`kcal.mmd_fused`).
 
 Conventions: arguments come in the order prediction, target, conditioning features, then keyword-only
 options: ``regression_mmd((mean, std), y, x, form=...)``, ``classification_mmd(probs, labels, x, form=...)``
@@ -34,14 +34,27 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from kcal import kernels
+from kcal.calibration_forms import (
+    CLASSIFICATION_FORMS,
+    REGRESSION_FORMS,
+    ClassificationForm,
+    RegressionForm,
+    get_classification_form,
+    get_regression_form,
+)
 from kcal.inputs import check_probs, functorch_active, gaussian_params
+from kcal.mmd_fused import (
+    AnalyticClassMMD,
+    analytic_gaussian_mmd2,
+    offdiag_weight,
+    rbf_sample_mmd2_index,
+)
 
 __all__ = [
     "CLASSIFICATION_FORMS",
@@ -216,211 +229,12 @@ def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None
         raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
     onehot = F.one_hot(labels.long(), m).to(probs.dtype)
     k_y = k_y.to(probs.dtype)
-    w = _offdiag_weight(k_z, n, probs.dtype, probs.device)
+    w = offdiag_weight(k_z, n, probs.dtype, probs.device)
     if not (w.requires_grad or k_y.requires_grad or functorch_active()):
         need = probs.requires_grad and torch.is_grad_enabled()
-        return _AnalyticClassMMD.apply(probs, onehot, k_y, w, need) / (n * (n - 1))
+        return AnalyticClassMMD.apply(probs, onehot, k_y, w, need) / (n * (n - 1))
     diff = onehot - probs
     return ((w @ (diff @ k_y)) * diff).sum((-2, -1)) / (n * (n - 1))
-
-
-class _AnalyticClassMMD(torch.autograd.Function):
-    """``S = sum((W D K) o D)`` with ``D = Y - Q`` (``analytic_mmd2``) and, in the same pass, its gradient
-    ``dS/dQ = -2 W D K`` (W and K symmetric, neither needing a gradient): one product chain forward,
-    one multiplication backward."""
-
-    @staticmethod
-    def forward(ctx, probs, onehot, k_y, w, need):
-        diff = onehot - probs
-        g = w @ (diff @ k_y)
-        if need:
-            ctx.save_for_backward(g)
-        return (g * diff).sum((-2, -1))
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        (g,) = ctx.saved_tensors
-        return g * (-2.0 * grad_out)[..., None, None], None, None, None, None
-
-
-# ----------------------------------------------------------------------------------------------------
-# Calibration forms
-# ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RegressionForm:
-    """A regression calibration form of paper Table 1: (forecast variable, target variable, Z).
-
-    * ``forecast``: ``"sample"`` (Yhat ~ Q_{Y|x}, reparameterised draws) or ``"pit"`` (Q_{Y|X}(Y) = F_i(y_i)).
-    * ``target``: ``"y"`` (the label) or ``"uniform"`` (P_{Y|X}(Y) ~ U(0, 1); u = Phi(eps) is drawn).
-    * ``condition``: the conditioning variable Z: ``None``, ``"x"``, ``"features"`` (phi(x)), ``"groups"``,
-      ``"forecast_params"`` ((mean, std)), ``"threshold_event"`` (1{F_i(y0) <= alpha}) or
-      ``"bayes_action"`` (the Bayes action under the forecast).
-    * ``kernels``: the kernels this form is meant to be used with (k_v on the variable, k_z on Z). The
-      kernels actually used are chosen by the caller of ``regression_mmd`` (``kernel_y``, ``kernel_z``).
-    """
-
-    name: str
-    forecast: str
-    target: str
-    condition: str | None
-    kernels: str
-    reference: str
-
-
-REGRESSION_FORMS: dict[str, RegressionForm] = {
-    f.name: f
-    for f in [
-        RegressionForm(
-            "quantile",
-            "pit",
-            "uniform",
-            None,
-            "k_v: rbf on [0, 1]",
-            "Table 1, quantile calibration (Kuleshov et al. 2018)",
-        ),
-        RegressionForm(
-            "threshold",
-            "pit",
-            "uniform",
-            "threshold_event",
-            "k_v: rbf on [0, 1]; k_z: delta (or rbf) on the event",
-            "Table 1, threshold calibration (Sahoo et al. 2021)",
-        ),
-        RegressionForm(
-            "marginal",
-            "sample",
-            "y",
-            None,
-            "k_v: rbf / laplacian",
-            "Table 1, marginal calibration (Gneiting et al.)",
-        ),
-        RegressionForm(
-            "decision",
-            "sample",
-            "y",
-            "bayes_action",
-            "k_v: tanh_decision / point_estimate / threshold_family; k_z: delta (or rbf) on the action",
-            "Table 1, decision calibration (Zhao et al. 2021); §5",
-        ),
-        RegressionForm(
-            "decision_marginal",
-            "sample",
-            "y",
-            None,
-            "k_v: tanh_decision / point_estimate / threshold_family",
-            "§5: decision calibration without conditioning (marginal loss estimation)",
-        ),
-        RegressionForm(
-            "group",
-            "sample",
-            "y",
-            "groups",
-            "k_v: rbf; k_z: delta (or rbf) on group ids",
-            "Table 1, group calibration (Pleiss et al. 2017)",
-        ),
-        RegressionForm(
-            "distribution",
-            "sample",
-            "y",
-            "forecast_params",
-            "k_v: rbf; k_z: rbf on (mean, std)",
-            "Table 1, distribution calibration (Song et al. 2019)",
-        ),
-        RegressionForm(
-            "individual",
-            "sample",
-            "y",
-            "x",
-            "k_v: rbf (or tanh_decision); k_z: rbf on x",
-            "Table 1, individual calibration (Zhao et al. 2020); the authors' NLL+MMD runs",
-        ),
-        RegressionForm(
-            "local",
-            "sample",
-            "y",
-            "features",
-            "k_v: rbf; k_z: rbf on phi(x)",
-            "Table 1, local calibration (Luo et al. 2022); §6 crop-yield experiment",
-        ),
-    ]
-}
-"""Regression calibration presets (paper Table 1)."""
-
-
-@dataclass(frozen=True)
-class ClassificationForm:
-    """A classification calibration form of paper Table 2.
-
-    * ``variable``: ``"class"`` (Yhat vs Y one-hot), ``"top_label"`` (1{Yhat = Y*} vs 1{Y = Y*},
-      Y* = argmax q) or ``"per_class"`` (1{Yhat = c} vs 1{Y = c} for every class c).
-    * ``condition``: ``"x"``, ``"probs"`` (the whole forecast q), ``"top_prob"`` (q(Y*)),
-      ``"class_prob"`` (q(c), one constraint per class).
-    """
-
-    name: str
-    variable: str
-    condition: str | None
-    kernels: str
-    reference: str
-
-
-CLASSIFICATION_FORMS: dict[str, ClassificationForm] = {
-    f.name: f
-    for f in [
-        ClassificationForm(
-            "canonical",
-            "class",
-            "probs",
-            "k_y: class_rbf / delta; k_z: rbf on q",
-            "Table 2, canonical calibration (Vaicenavicius et al. 2019, Eq. 1)",
-        ),
-        ClassificationForm(
-            "top_label",
-            "top_label",
-            "top_prob",
-            "k_y: class_rbf on the 2-valued indicator; k_z: rbf on q(Y*)",
-            "Table 2, top-label calibration (Eq. 2)",
-        ),
-        ClassificationForm(
-            "marginal",
-            "per_class",
-            "class_prob",
-            "k_y: class_rbf on the indicator; k_z: rbf on q(c); summed (or averaged) over c",
-            "Table 2, marginal / class-wise calibration (Eq. 3)",
-        ),
-        ClassificationForm(
-            "individual",
-            "class",
-            "x",
-            "k_y: class_rbf; k_z: rbf on x",
-            "§6 XE+MMD runs and KCE (the authors' ClassificationKernelLoss)",
-        ),
-    ]
-}
-"""Classification calibration presets (paper Table 2, plus the authors' Z = X form)."""
-
-
-def get_regression_form(name: str | RegressionForm) -> RegressionForm:
-    """Look up a regression preset by name (``ValueError`` listing the valid names if unknown)."""
-    if isinstance(name, RegressionForm):
-        return name
-    if name not in REGRESSION_FORMS:
-        raise ValueError(
-            f"unknown regression calibration form {name!r}; valid names: {sorted(REGRESSION_FORMS)}"
-        )
-    return REGRESSION_FORMS[name]
-
-
-def get_classification_form(name: str | ClassificationForm) -> ClassificationForm:
-    """Look up a classification preset by name (``ValueError`` listing the valid names if unknown)."""
-    if isinstance(name, ClassificationForm):
-        return name
-    if name not in CLASSIFICATION_FORMS:
-        raise ValueError(
-            f"unknown classification calibration form {name!r}; valid names: {sorted(CLASSIFICATION_FORMS)}"
-        )
-    return CLASSIFICATION_FORMS[name]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -625,7 +439,7 @@ def regression_mmd(
         k_z = _conditioning_gram(z, kernel_z, bandwidth_z)
 
     if pairing == "analytic":
-        return _analytic_gaussian_mmd2(fm, mean, std, y, k_v, k_z)
+        return analytic_gaussian_mmd2(fm, mean, std, y, k_v, k_z)
     if (
         pairing == "index"
         and fm.forecast == "sample"
@@ -635,7 +449,7 @@ def regression_mmd(
         and (k_z is None or not k_z.requires_grad)
         and not functorch_active()
     ):
-        return _rbf_sample_mmd2_index(y, forecast.squeeze(-1), bandwidth_y, k_z)
+        return rbf_sample_mmd2_index(y, forecast.squeeze(-1), bandwidth_y, k_z)
     return sample_mmd2(forecast=forecast, target=target, kernel=k_v, k_z=k_z, pairing=pairing)
 
 
@@ -679,184 +493,6 @@ def _regression_conditioning(fm, mean, std, x, features, groups, threshold, y0, 
         f"unknown conditioning variable {cond!r} in form {fm.name!r}; valid: None, x, features, groups, "
         "forecast_params, threshold_event, bayes_action"
     )
-
-
-def _analytic_gaussian_mmd2(fm, mean, std, y, k_v, k_z):
-    """MMD^2 with the Gaussian forecast randomness integrated out in closed form (``pairing="analytic"``).
-
-    Paper §4: the variance "can be reduced by marginalizing out the simulated randomness ... either
-    analytically, or empirically". For Yhat_i ~ N(mu_i, s_i^2) independent across rows and the authors'
-    RBF ``k(a, b) = exp(-(a - b)^2 / h)``, with D ~ N(m, v): ``E exp(-D^2/h) = sqrt(h/(h+2v)) exp(-m^2/(h+2v))``:
-
-    * ``k_ff[i,j] = sqrt(h/(h + 2(s_i^2 + s_j^2))) exp(-(mu_i - mu_j)^2 / (h + 2(s_i^2 + s_j^2)))`` (i != j)
-    * ``k_tf[i,j] = sqrt(h/(h + 2 s_j^2)) exp(-(y_i - mu_j)^2 / (h + 2 s_j^2))``
-    * ``k_tt[i,j] = exp(-(y_i - y_j)^2 / h)``
-
-    For ``point_estimate`` (phi(y) = (y, y^2)): ``E phi(Yhat_i) = (mu_i, mu_i^2 + s_i^2)``. This is the
-    M -> infinity limit of both sampled pairings: still unbiased, no Monte-Carlo noise, O(n^2) cost.
-    Supported: sample forecast forms with kernel_y in {rbf, point_estimate}.
-    """
-    name = getattr(k_v, "kernel_name", "")
-    if fm.forecast != "sample" or fm.target != "y" or name not in ("rbf", "point_estimate"):
-        raise ValueError(
-            "pairing='analytic' supports the forms with forecast Yhat and target y "
-            f"({sorted(k for k, v in REGRESSION_FORMS.items() if v.forecast == 'sample')}) with kernel_y in "
-            f"['point_estimate', 'rbf']; got form {fm.name!r} with kernel {name!r}"
-        )
-    n = mean.shape[-1]
-    if (
-        name == "rbf"
-        and not y.requires_grad
-        and (k_z is None or not k_z.requires_grad)
-        and not functorch_active()
-    ):
-        w0 = _offdiag_weight(k_z, n, mean.dtype, mean.device)
-        need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
-        h = float(k_v.kernel_params.get("bandwidth", 1.0))
-        return _AnalyticRBFMMD.apply(mean, std, y.to(mean.dtype), w0, h, need) / (n * (n - 1))
-    var = std.square()
-    if name == "rbf":
-        h = k_v.kernel_params.get("bandwidth", 1.0)
-        neg_a = var.mul(-2.0).sub(0.5 * h)  # -(h/2 + 2 s_i^2), so -(h + 2(s_i^2 + s_j^2)) = neg_a_i + neg_a_j
-        neg_den = neg_a.unsqueeze(-1) + neg_a.unsqueeze(-2)
-        dm = mean.unsqueeze(-1) - mean.unsqueeze(-2)
-        k_ff = torch.exp(dm.square() / neg_den) * torch.rsqrt(neg_den * (-1.0 / h))
-        neg_den_f = neg_a - 0.5 * h  # -(h + 2 s_j^2)
-        dt = y.unsqueeze(-1) - mean.unsqueeze(-2)
-        k_tf = torch.exp(dt.square() / neg_den_f) * torch.rsqrt(neg_den_f * (-1.0 / h))
-        dy = y.unsqueeze(-1) - y.unsqueeze(-2)
-        k_tt = torch.exp(dy.square() * (-1.0 / h))
-    else:
-        phi_f = torch.stack([mean, mean.square() + var], dim=-1)
-        phi_t = torch.stack([y, y.square()], dim=-1)
-        k_ff = phi_f @ phi_f.T
-        k_tf = phi_t @ phi_f.T
-        k_tt = phi_t @ phi_t.T
-    # sum_{i != j} W_ij (k_tt + k_ff - k_tf - k_tf^T) = sum_ij W0_ij (k_tt + k_ff - 2 k_tf) for symmetric
-    # W (= K_z, or all ones) with zeroed diagonal W0: one fused weighted sum instead of three.
-    h_mat = torch.add(k_ff, k_tf, alpha=-2.0).add_(k_tt)
-    w0 = _offdiag_weight(k_z, n, mean.dtype, mean.device)
-    return torch.dot(h_mat.reshape(-1), w0.reshape(-1)) / (n * (n - 1))
-
-
-class _AnalyticRBFMMD(torch.autograd.Function):
-    """Fused closed-form (``pairing="analytic"``) RBF MMD^2 sum; gradients w.r.t. mean and std in forward.
-
-    With ``D_ij = h + 2(s_i^2 + s_j^2)``, ``m_ij = mu_i - mu_j``, ``B_j = h + 2 s_j^2``, ``t_ij = y_i - mu_j``:
-    ``S = sum_ij W_ij [exp(-(y_i-y_j)^2/h) + sqrt(h/D_ij) e^{-m_ij^2/D_ij} - 2 sqrt(h/B_j) e^{-t_ij^2/B_j}]``
-    for a symmetric, zero-diagonal ``W``. Writing ``P = W o k_ff / D`` and ``R = W o k_tf``:
-    ``dS/dmu_k = -4 sum_j P_kj m_kj - 2 (2/B_k) sum_i R_ik t_ik`` and
-    ``dS/ds_k = 8 s_k sum_j P_kj (m_kj^2/D_kj - 1/2) - 2 (4 s_k/B_k) sum_i R_ik (t_ik^2/B_k - 1/2)``.
-    Same value as the autograd formulation (tested); about a third of its passes over (n, n) tensors.
-    """
-
-    @staticmethod
-    def forward(ctx, mean, std, y, w, h, need):
-        var = std * std
-        neg_a = var * -2.0 - 0.5 * h  # -(h/2 + 2 s^2)
-        # forecast-forecast
-        nd = neg_a.unsqueeze(-1) + neg_a.unsqueeze(-2)  # -D
-        dm = mean.unsqueeze(-1) - mean.unsqueeze(-2)
-        r = torch.mul(dm, dm).div_(nd)  # -m^2/D
-        k = torch.exp(r).mul_(torch.rsqrt(nd * (-1.0 / h))).mul_(w)  # W o k_ff
-        s_ff = k.sum()
-        if need:
-            k.div_(nd)  # -P
-            g_mu = k.mul(dm).sum(-1).mul_(4.0)  # -4 sum_j P m
-            g_sd = k.mul_(r.add_(0.5)).sum(-1).mul_(8.0 * std)  # -P (1/2 - m^2/D) = P (m^2/D - 1/2)
-        del nd, dm, r, k
-        # target-forecast: [i, j] = E k(y_i, Yhat_j)
-        nb = neg_a - 0.5 * h  # -B
-        dt = y.unsqueeze(-1) - mean.unsqueeze(-2)
-        q = torch.mul(dt, dt).div_(nb)  # -t^2/B
-        k = torch.exp(q).mul_(torch.rsqrt(nb * (-1.0 / h))).mul_(w)  # R = W o k_tf
-        s_tf = k.sum()
-        if need:
-            b = -nb
-            g_mu = g_mu - (4.0 / b) * k.mul(dt).sum(-2)
-            g_sd = g_sd + (8.0 * std / b) * k.mul_(q.add_(0.5)).sum(-2)  # -(t^2/B - 1/2) = q + 1/2
-            ctx.save_for_backward(g_mu, g_sd)
-        del dt, q, k
-        dy = y.unsqueeze(-1) - y.unsqueeze(-2)
-        s_tt = torch.dot(torch.mul(dy, dy).mul_(-1.0 / h).exp_().reshape(-1), w.reshape(-1))
-        return s_tt + s_ff - 2.0 * s_tf
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        g_mu, g_sd = ctx.saved_tensors
-        return g_mu * grad_out, g_sd * grad_out, None, None, None, None
-
-
-def _offdiag_weight(k_z: Tensor | None, n: int, dtype, device) -> Tensor:
-    """``K_z`` (``(..., n, n)``, or a matrix of ones) with its diagonal set to 0."""
-    if k_z is None:
-        return 1.0 - torch.eye(n, dtype=dtype, device=device)
-    if k_z.requires_grad or functorch_active():
-        return k_z.to(dtype) * (1.0 - torch.eye(n, dtype=dtype, device=device))
-    w = k_z.to(dtype).clone()
-    w.diagonal(dim1=-2, dim2=-1).zero_()  # leading batch dimensions too
-    return w
-
-
-class _RBFIndexMMD(torch.autograd.Function):
-    """Fused index-paired RBF MMD^2 sum with the gradient w.r.t. the draws computed in the forward pass.
-
-    ``S = sum_ij W_ij [ k(y_i, y_j) + 1/M sum_s k(f_si, f_sj) - 2/M sum_s k(y_i, f_sj) ]`` with
-    ``k(a, b) = exp(-(a - b)^2 / h)`` and a symmetric weight ``W`` (zero diagonal). Only ``draws`` may need a
-    gradient; ``dS/df_sk = -4/(h M) [sum_j W_kj E^ff_skj D^ff_skj + sum_i W_ik E^tf_sik D^tf_sik]`` with
-    ``D^ff_sij = f_si - f_sj`` and ``D^tf_sij = y_i - f_sj``. Doing this in one pass avoids storing
-    (M, n, n) tensors for autograd and roughly halves the number of passes over them.
-    """
-
-    @staticmethod
-    def forward(ctx, draws, y, w, h, need):
-        m = draws.shape[0]
-        c = -1.0 / h
-        # forecast-forecast
-        d = draws.unsqueeze(-1) - draws.unsqueeze(-2)
-        e = torch.mul(d, d).mul_(c).exp_()
-        if need:
-            e.mul_(w)
-            s_ff = e.sum()
-            g = e.mul_(d).sum(-1)
-        else:
-            s_ff = torch.einsum("sij,ij->", e, w)
-        del d, e
-        # target-forecast: [s, i, j] = k(y_i, f_sj)
-        d = y.unsqueeze(-1) - draws.unsqueeze(-2)
-        e = torch.mul(d, d).mul_(c).exp_()
-        if need:
-            e.mul_(w)
-            s_tf = e.sum()
-            g = g + e.mul_(d).sum(-2)
-        else:
-            s_tf = torch.einsum("sij,ij->", e, w)
-        del d, e
-        dy = y.unsqueeze(-1) - y.unsqueeze(-2)
-        s_tt = (torch.mul(dy, dy).mul_(c).exp_() * w).sum()
-        if need:
-            ctx.save_for_backward(g.mul_(-4.0 / (h * m)))
-        return s_tt + (s_ff - 2.0 * s_tf) / m
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        (g,) = ctx.saved_tensors
-        return g * grad_out, None, None, None, None
-
-
-def _rbf_sample_mmd2_index(y: Tensor, draws: Tensor, bw: float, k_z: Tensor | None) -> Tensor:
-    """Fast path of ``sample_mmd2`` for (rbf on y, deterministic target y, index pairing).
-
-    Same value as the generic path (tested): the off-diagonal weight ``W = K_z o (1 - I)`` is folded into
-    one fused weighted sum (``_RBFIndexMMD``). Used only when neither y nor K_z needs a gradient and no
-    functorch transform (vmap/grad) is active; otherwise ``regression_mmd`` uses ``sample_mmd2``.
-    """
-    m, n = draws.shape
-    w = _offdiag_weight(k_z, n, draws.dtype, draws.device)
-    need = draws.requires_grad and torch.is_grad_enabled()
-    return _RBFIndexMMD.apply(draws, y, w, float(bw), need) / (n * (n - 1))
 
 
 # ----------------------------------------------------------------------------------------------------
