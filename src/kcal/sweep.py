@@ -8,7 +8,12 @@
   regression, validation NLL of the selected checkpoint (minimised); classification, validation
   accuracy with ties broken by validation ECE, as one lexicographic number
   ``acc - ece / (n_val + 1)`` (accuracy moves in steps of 1/n_val and ECE is at most 1, so this
-  orders exactly by accuracy first, then lower ECE), maximised.
+  orders exactly by accuracy first, then lower ECE), maximised. With ``sweep.selection=pareto`` the
+  study is multi-objective instead, a study of its own (:mod:`kcal.selection`: its metrics, its front
+  and which front trial is selected); its trials go to ``<objective>/sweep__pareto/``.
+* Every trial records whether the regulariser acted: the user attributes ``reg_share_median`` and
+  ``reg_share_at_best``, the median over epochs of ``history.csv``'s ``train/reg_share`` and its value
+  at the best epoch.
 * A diverged run or an invalid sampled config (e.g. a batch larger than the training split) is stored
   as a failed trial with its reason, and the sweep goes on.
 * A worker killed mid-trial, on any machine, stops sending its trial's heartbeat (Optuna's
@@ -31,11 +36,13 @@ sweep.worker=0,1,2,3 sweep.storage=postgresql://...`` runs four jobs on one stud
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
 import socket
 import sqlite3
+import statistics
 import sys
 import time
 import warnings
@@ -54,6 +61,19 @@ from kcal.fingerprint import check_study, stamp_study
 from kcal.formula import evaluate, formula_names, is_number, number
 from kcal.progress import Progress
 from kcal.run import run
+from kcal.selection import (
+    describe,
+    directions,
+    front,
+    is_pareto,
+    name_objectives,
+    pareto_values,
+    selected,
+    selection_of,
+    study_suffix,
+    summary,
+    value_of,
+)
 from kcal.storage_url import engine_url, keeps_password_off_disk, mask_text, masked
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
@@ -127,16 +147,35 @@ def unavailable_message(url: str, exc: Exception) -> str:
     return mask_text(f"cannot open sweep.storage={masked(url)}: {reason}", url)
 
 
+def study_name(cfg: DictConfig) -> str:
+    """``sweep.study_name`` with :func:`kcal.selection.study_suffix` appended (``__pareto``)."""
+    name, suffix = str(cfg.sweep.study_name), study_suffix(cfg)
+    return name if name.endswith(suffix) else name + suffix
+
+
+def sweep_dir(cfg: DictConfig) -> Path:
+    """Where the study's trial runs, ``best.json`` (and ``front.json``) go."""
+    return Path(cfg.root) / cfg.dataset.name / cfg.objective.name / f"sweep{study_suffix(cfg)}"
+
+
 def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
     storage = open_storage(cfg)
     sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
                                          n_startup_trials=int(cfg.sweep.n_startup_trials),
                                          constant_liar=True)  # fmt: skip
-    direction = "minimize" if get_spec(cfg.dataset.name).task == "regression" else "maximize"
-    if create:
-        return optuna.create_study(study_name=cfg.sweep.study_name, storage=storage, sampler=sampler,
-                                   direction=direction, load_if_exists=True)  # fmt: skip
-    return optuna.load_study(study_name=cfg.sweep.study_name, storage=storage, sampler=sampler)
+    name, task = study_name(cfg), get_spec(cfg.dataset.name).task
+    if not create:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    if selection_of(cfg) == "paper":
+        return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                   direction="minimize" if task == "regression" else "maximize", load_if_exists=True)  # fmt: skip
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=directions(task),
+                                load_if_exists=True)  # fmt: skip
+    if len(study.directions) != len(directions(task)):
+        raise ConfigError(f"study {name!r} has {len(study.directions)} objective(s), sweep.selection="
+                          f"{selection_of(cfg)} needs {len(directions(task))}; pass another sweep.study_name")  # fmt: skip
+    name_objectives(study, task)
+    return study
 
 
 def open_checked_study(cfg: DictConfig) -> optuna.Study:
@@ -146,7 +185,7 @@ def open_checked_study(cfg: DictConfig) -> optuna.Study:
     study = open_study(cfg)
     if check_study(study, cfg, space):
         optuna.delete_study(study_name=study.study_name, storage=open_storage(cfg))
-        shutil.rmtree(Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep", ignore_errors=True)
+        shutil.rmtree(sweep_dir(cfg), ignore_errors=True)
         study = open_study(cfg)
         stamp_study(study, cfg, space)
     return study
@@ -270,6 +309,21 @@ def trial_value(metrics: dict, task: str, n_val: int) -> float:
     return float(metrics["val/acc"]) - float(metrics["val/ece"]) / (n_val + 1)
 
 
+def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
+    """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
+    in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
+    path = run_dir / "history.csv"
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        shares = {int(row["epoch"]): float(row["train/reg_share"]) for row in csv.DictReader(f)
+                  if row.get("train/reg_share")}  # fmt: skip
+    out = {"reg_share_median": statistics.median(shares.values())} if shares else {}
+    if best_epoch is not None and int(best_epoch) in shares:
+        out["reg_share_at_best"] = shares[int(best_epoch)]
+    return out
+
+
 def counted(study: optuna.Study) -> tuple[int, int]:
     """(finished trials that count towards n_trials, trials running now).
 
@@ -302,7 +356,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
     ``optimize`` of one trial, which keeps the trial's heartbeat while it trains)."""
     numbers = []
 
-    def objective(trial: optuna.Trial) -> float:
+    def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         numbers.append(trial.number)
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("pid", os.getpid())
@@ -326,9 +380,14 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
         trial.set_user_attr("run_dir", str(out))
         try:
             metrics = run(trial_cfg, out)
+            for key, share in reg_share(out, metrics.get("best_epoch")).items():
+                trial.set_user_attr(key, share)
             if metrics["status"] != "ok":
                 raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
-            value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
+            if selection_of(cfg) == "paper":
+                value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
+            else:
+                value = pareto_values(metrics, metrics_task(cfg))
         except (TrialFailed, ConfigError) as exc:
             trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
             trial.set_user_attr("fail_reason", str(exc))
@@ -336,7 +395,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
         finally:
             if not cfg.sweep.keep_checkpoints:
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)
-        for key in ("val/nll", "val/acc", "val/ece", "epochs", "best_epoch"):
+        for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
             if key in metrics:
                 trial.set_user_attr(key, metrics[key])
         trial.set_user_attr(STATUS, "ok")
@@ -362,10 +421,11 @@ def _n_val(cfg: DictConfig) -> int:
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    """The selected trial (:func:`kcal.selection.selected`)."""
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     if not done:
         raise IncompleteError(no_usable_trial(study))
-    return study.best_trial
+    return selected(study)
 
 
 def no_usable_trial(study: optuna.Study) -> str:
@@ -393,13 +453,26 @@ def no_usable_trial(study: optuna.Study) -> str:
             f"failed ({counts}; e.g. {example}). To fix: {todo}; then run again with sweep.overwrite=true")  # fmt: skip
 
 
+def overrides(trial: optuna.trial.FrozenTrial) -> list[str]:
+    """The ``key=value`` config overrides a trial's parameters stand for."""
+    return [f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
+            for k, v in trial.user_attrs.get(SETTINGS, trial.params).items()]  # fmt: skip
+
+
 def write_best(study: optuna.Study, sweep_dir: Path) -> Path:
+    """``best.json``: the selected trial; for a pareto study also ``front.json``, every front trial
+    (selected one first) with its values by metric name, params, overrides and user attributes."""
     best = best_trial(study)
-    info = {"study": study.study_name, "trial": best.number, "value": best.value, "params": best.params,
-            "overrides": [f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
-                          for k, v in best.user_attrs.get(SETTINGS, best.params).items()],
-            "user_attrs": best.user_attrs}  # fmt: skip
+    info = {"study": study.study_name, "trial": best.number, "value": value_of(best), "params": best.params,
+            "overrides": overrides(best), "user_attrs": best.user_attrs}  # fmt: skip
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    if is_pareto(study):
+        info = {"selection": "pareto", "metrics": study.metric_names, **info}
+        rows = [{"trial": t.number, "values": dict(zip(study.metric_names, t.values, strict=True)),
+                 "params": t.params, "overrides": overrides(t), "user_attrs": t.user_attrs}
+                for t in front(study)]  # fmt: skip
+        record = {"study": study.study_name, "selected": best.number, "front": rows}
+        (sweep_dir / "front.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     path = sweep_dir / "best.json"
     path.write_text(json.dumps(info, indent=1, default=str) + "\n")
     return path
@@ -411,7 +484,9 @@ def trial_line(cfg: DictConfig, trial: optuna.trial.FrozenTrial, study: optuna.S
     seconds = (
         (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
     )
-    if trial.state == TrialState.COMPLETE:
+    if trial.state == TrialState.COMPLETE and is_pareto(study):
+        result = describe(study, trial)
+    elif trial.state == TrialState.COMPLETE:
         name = "val_nll" if metrics_task(cfg) == "regression" else "val_acc"
         result = f"{name} {trial.value:.4g}"
     else:
@@ -421,8 +496,11 @@ def trial_line(cfg: DictConfig, trial: optuna.trial.FrozenTrial, study: optuna.S
             )
         )
     best = best_value(study)
+    shown = "-" if best is None else f"{best:.4g}"
+    if best is not None and is_pareto(study):
+        shown = summary(study)
     return (f"trial {min(finished, int(cfg.sweep.n_trials))}/{cfg.sweep.n_trials} (#{trial.number}) done in "
-            f"{seconds:.0f} s, {result}, best {'-' if best is None else f'{best:.4g}'}")  # fmt: skip
+            f"{seconds:.0f} s, {result}, best {shown}")  # fmt: skip
 
 
 def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
@@ -433,7 +511,7 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = search_space(cfg)
     study = open_checked_study(cfg)
-    sweep_dir = Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
+    trials_dir = sweep_dir(cfg)
     n_trials = int(cfg.sweep.n_trials)
     tag = f"{cfg.dataset.name}/{cfg.objective.name}"
     if progress is None:
@@ -455,18 +533,19 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
             time.sleep(poll)
             continue
         waiting = False
-        trial = run_trial(cfg, study, space, sweep_dir / "trials")
+        trial = run_trial(cfg, study, space, trials_dir / "trials")
         now, _ = counted(study)
         progress.advance(max(0, min(now, n_trials) - finished), f"[{tag}] {trial_line(cfg, trial, study)}")
     if best_value(study) is not None:
-        write_best(study, sweep_dir)
+        write_best(study, trials_dir)
     return study
 
 
 def best_value(study: optuna.Study) -> float | None:
-    """The best value so far; None while the study has no completed trial."""
+    """The best value so far (a pareto study: the selected trial's validation NLL); None while the study
+    has no completed trial."""
     try:
-        return study.best_value
+        return selected(study).values[0] if is_pareto(study) else study.best_value
     except ValueError:
         return None
 
@@ -480,8 +559,11 @@ def main(cfg: DictConfig) -> None:
     best = best_value(study)
     if best is None and finished:
         raise IncompleteError(no_usable_trial(study))
-    print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); best value "
-          f"{best if best is not None else '-'}; storage {masked(storage_url(cfg))}")  # fmt: skip
+    shown = f"best value {best if best is not None else '-'}"
+    if best is not None and is_pareto(study):
+        shown = f"selected {summary(study)}"
+    print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); {shown}; "
+          f"storage {masked(storage_url(cfg))}")  # fmt: skip
 
 
 if __name__ == "__main__":
