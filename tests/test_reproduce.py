@@ -51,8 +51,8 @@ def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
 
 def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # 8 trials of 5 epochs each, so the kill lands mid-sweep even on an idle machine
-    cmd = sweep_cmd(tmp_path, 8, "trainer.max_epochs=5", "trainer.min_epochs=5", *FAST_HEARTBEAT)
+    # 8 trials of 40 epochs each (about a second each), so the kill lands mid-sweep even on an idle machine
+    cmd = sweep_cmd(tmp_path, 8, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once 2 trials are done (a third is usually running)

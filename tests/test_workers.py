@@ -70,3 +70,13 @@ def test_progress_weighs_a_trial_by_its_dataset_and_regulariser():
     crime, blog = work_cost(cfg("crime", "nll")), work_cost(cfg("blog", "nll"))
     assert crime == pytest.approx(1.395) and blog / crime > 20
     assert work_cost(cfg("crime", "nll_mmd")) == pytest.approx(REGULARISER_COST * crime)
+
+
+def test_progress_units_weigh_what_the_caller_runs():
+    """kcal.sweep and kcal.seeds count trials and seeds; the reproduction weighs them by the stage's cost."""
+    from kcal.progress import Progress
+
+    progress = Progress(10.0 * 2.0 + 5.0, "protocol")
+    progress.unit = 2.0  # a stage whose trials cost 2 units each
+    progress.advance(5, "five trials")
+    assert progress.done == 10.0 and progress.status().startswith("protocol 40%")

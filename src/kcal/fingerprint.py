@@ -7,7 +7,9 @@ A fingerprint is a flat ``{key: value}`` dict of
   own), where results go (``root``, storage, study name, labels), how much is run (``sweep.n_trials``,
   ``seeds.n_seeds``, the stages of ``reproduce``), how it is run (worker index, threads, batched or
   one-by-one seeds, which are bit-identical), and what else is written (progress bars, figures,
-  per-epoch DCE logs, checkpoints). A profile counts through the values it sets, not its name;
+  per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it holds that value
+  (``sweep.selection: paper``, so studies made before the key existed keep their fingerprints).
+  A profile counts through the values it sets, not its name;
 * ``data.<file>``: the hash of each raw file of the dataset (as verified by :mod:`kcal.data.sources`);
 * ``kcal.version``.
 
@@ -44,6 +46,7 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
     "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "trainer.csv_log",
     "figures", "save_checkpoint",
 )  # fmt: skip
+LEFT_OUT_AT = {"sweep.selection": "paper"}  # config key -> the value at which the fingerprint leaves it out
 SEEDS_ONLY_NOT_SHAPING = ("sweep",)  # seed runs take their hyperparameters from the best trial
 
 
@@ -61,10 +64,12 @@ def flatten(tree, prefix: str = "") -> dict[str, object]:
 
 
 def shaping_config(cfg: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, object]:
-    """The resolved config as flat keys, without :data:`NOT_SHAPING` (and ``drop``)."""
+    """The resolved config as flat keys, without :data:`NOT_SHAPING` (and ``drop``), and without a key of
+    :data:`LEFT_OUT_AT` that holds its value there."""
     flat = flatten(OmegaConf.to_container(cfg, resolve=True))
     excluded = NOT_SHAPING + drop
-    return {k: v for k, v in flat.items() if not any(k == e or k.startswith(e + ".") for e in excluded)}
+    return {k: v for k, v in flat.items()
+            if not any(k == e or k.startswith(e + ".") for e in excluded) and LEFT_OUT_AT.get(k, ...) != v}  # fmt: skip
 
 
 def data_hashes(dataset: str) -> dict[str, str]:

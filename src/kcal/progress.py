@@ -19,15 +19,17 @@ def duration(seconds: float) -> str:
 
 class Progress:
     """Units of work done out of ``total`` (``done`` already before this run); the ETA extrapolates
-    the rate of this run's units."""
+    the rate of this run's units. ``unit``: what one unit passed to :meth:`advance` weighs (a stage's
+    estimated cost per trial, set by the caller that runs it; 1 by default)."""
 
     def __init__(self, total: float, name: str, done: float = 0.0) -> None:
         self.total, self.name, self.done = float(total), name, float(done)
+        self.unit = 1.0
         self._start_done, self._t0 = self.done, time.perf_counter()
 
     def add(self, units: float) -> None:
         """More work than planned (e.g. a re-queued trial)."""
-        self.total += units
+        self.total += units * self.unit
 
     def status(self) -> str:
         pct = 100.0 * self.done / self.total if self.total else 100.0
@@ -38,5 +40,5 @@ class Progress:
         return f"{self.name} {pct:.0f}%{eta}"
 
     def advance(self, units: float, line: str) -> None:
-        self.done = min(self.total, self.done + units)
+        self.done = min(self.total, self.done + units * self.unit)
         print(f"{line} | {self.status()}", file=sys.stderr, flush=True)

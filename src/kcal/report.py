@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kcal.selection import selected, value_of
 from kcal.sweep import COUNTED_FAILURES, STATUS
 from kcal.tables import (
     FLAVOURS,
@@ -72,7 +73,7 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         counted_fail = [t for t in trials if t.state == TrialState.FAIL
                         and t.user_attrs.get(STATUS) in COUNTED_FAILURES]  # fmt: skip
-        best = study.best_trial if complete else None
+        best = selected(study) if complete else None
         starts = [t.datetime_start for t in trials if t.datetime_start]
         ends = [t.datetime_complete for t in trials if t.datetime_complete]
         seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
@@ -83,7 +84,7 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
             "dataset": dataset, "objective": objective, "study": summary.study_name,
             "complete": len(complete), "failed": len(counted_fail),
             "not_counted": len(trials) - len(complete) - len(counted_fail),
-            "best_trial": best.number if best else None, "best_value": best.value if best else None,
+            "best_trial": best.number if best else None, "best_value": value_of(best) if best else None,
             "best_params": json.dumps(best.params, sort_keys=True) if best else "",
             "sweep_start": _iso(min(starts)) if starts else "", "sweep_end": _iso(max(ends)) if ends else "",
             "trial_hours": round(seconds / 3600, 3), "seeds": len(seed_files),

@@ -121,6 +121,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
         for i, st in enumerate(runnable, 1):
             print(f"[{i}/{len(runnable)}] {st.dataset} / {st.label}  ({time.perf_counter() - t0:.0f} s so far)",
                   file=sys.stderr)  # fmt: skip
+            progress.unit = st.cost  # sweep and run_seeds count trials and seeds; progress weighs them
             if st.sweeps:
                 sweep(st.cfg, progress)
             run_seeds(st.cfg, progress)

@@ -29,6 +29,7 @@ from kcal.fingerprint import check_seeds
 from kcal.progress import Progress
 from kcal.registry import RESULT_COLUMNS
 from kcal.run import run
+from kcal.selection import study_suffix
 from kcal.storage_url import keeps_password_off_disk, masked
 
 TIDY_COLUMNS = list(RESULT_COLUMNS)
@@ -41,7 +42,9 @@ PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
 
 
 def label_dir(cfg: DictConfig) -> Path:
-    return Path(cfg.root) / cfg.dataset.name / str(cfg.seeds_run.label)
+    """``<root>/<dataset>/<label>``; seed reruns of a pareto-selected trial get the study's suffix, so they
+    never share a folder with the paper selection's."""
+    return Path(cfg.root) / cfg.dataset.name / (str(cfg.seeds_run.label) + study_suffix(cfg))
 
 
 def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
@@ -49,10 +52,12 @@ def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
 
 
 def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
-    """``cfg`` with the best trial's parameters of the ``seeds_run.best_from`` study applied."""
+    """``cfg`` with the best trial's parameters of the ``seeds_run.best_from`` study applied (under
+    ``sweep.selection=pareto`` the selected front trial, :func:`kcal.selection.selected`)."""
     if not cfg.seeds_run.use_best:
         return cfg, {}
-    from kcal.sweep import apply, best_trial, open_study, storage_url
+    from kcal.selection import value_of
+    from kcal.sweep import apply, best_trial, open_study, storage_url, study_name
 
     study_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     best_from = str(cfg.seeds_run.best_from)
@@ -63,11 +68,11 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
         best = best_trial(open_study(study_cfg, create=False))
     except KeyError:
         raise ConfigError(
-            f"no sweep study {study_cfg.sweep.study_name!r} in {masked(storage_url(cfg))}; "
+            f"no sweep study {study_name(study_cfg)!r} in {masked(storage_url(cfg))}; "
             f"run `python -m kcal.sweep dataset={cfg.dataset.name} objective={best_from}` first, "
             "or pass seeds_run.use_best=false to use the config as given"
         ) from None
-    return apply(cfg, best.params), {"study": study_cfg.sweep.study_name, "trial": best.number, "value": best.value,
+    return apply(cfg, best.params), {"study": study_name(study_cfg), "trial": best.number, "value": value_of(best),
                                      "params": best.params}  # fmt: skip
 
 

@@ -53,7 +53,11 @@ JOURNAL = "journal.log"
 RERUN_FILES = ("fingerprint.json", "best_trial.json", "summary.csv")  # per <dataset>/<label>/
 SEED_FILES = ("metrics.json", "run.json", "config.yaml")  # per finished seed
 HISTORY = "history.csv"  # per finished seed, with --history
-SWEEP_FILES = ("sweep/best.json",)  # per <dataset>/<objective>/
+SWEEP_FILES = (
+    "sweep/best.json",
+    "sweep__pareto/best.json",
+    "sweep__pareto/front.json",
+)  # per <dataset>/<objective>/
 
 
 def root_storage(root: Path) -> optuna.storages.RDBStorage:

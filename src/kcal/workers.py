@@ -20,7 +20,6 @@ import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import optuna
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +36,7 @@ from kcal.sweep import (
     open_study,
     run_trial,
     search_space,
+    sweep_dir,
     train_rows,
     trial_line,
     write_best,
@@ -97,10 +97,6 @@ def work_cost(cfg: DictConfig) -> float:
     adds ``REGULARISER_COST``. Progress counts work in these units, so a reproduction's ETA after
     crime's 1-2 s trials is not that of blog's 20-120 s ones."""
     return train_rows(cfg) / 1000.0 * (REGULARISER_COST if cfg.objective.get("regularizer") else 1.0)
-
-
-def sweep_dir(cfg: DictConfig) -> Path:
-    return Path(cfg.root) / cfg.dataset.name / cfg.objective.name / "sweep"
 
 
 # ------------------------------------------------------------------------------------------------
