@@ -227,3 +227,19 @@ def test_optuna_dashboard_serves_the_pareto_study_from_postgresql(crime_root):
                           from_storage=f"sqlite:///{crime_root / 'sweeps.db'}", to_storage=server)  # fmt: skip
         with dashboard(server) as base:
             shows_the_pareto_study(base)
+
+
+def test_seeds_rerun_a_chosen_front_trial(crime_root):
+    """seeds_run.trial reruns that trial's parameters (e.g. a second front point) under its own label."""
+    from kcal.seeds import best_config
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("seeds", overrides=[*CRIME, f"root={crime_root}", PARETO, "seeds_run.trial=1"])
+    study = load(crime_root, "crime__nll_mmd__paper__pareto")
+    chosen, info = best_config(cfg)
+    assert info["trial"] == 1 and info["params"] == study.trials[1].params
+    assert chosen.trainer.batch_size == study.trials[1].params["trainer.batch_size"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        bad = compose("seeds", overrides=[*CRIME, f"root={crime_root}", PARETO, "seeds_run.trial=99"])
+    with pytest.raises(ConfigError, match="no completed trial of that number"):
+        best_config(bad)

@@ -53,9 +53,12 @@ def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
 
 def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
     """``cfg`` with the best trial's parameters of the ``seeds_run.best_from`` study applied (under
-    ``sweep.selection=pareto`` the selected front trial, :func:`kcal.selection.selected`)."""
+    ``sweep.selection=pareto`` the selected front trial, :func:`kcal.selection.selected`), or those of
+    trial number ``seeds_run.trial`` when it is set (e.g. another point of a Pareto front)."""
     if not cfg.seeds_run.use_best:
         return cfg, {}
+    from optuna.trial import TrialState
+
     from kcal.selection import value_of
     from kcal.sweep import apply, best_trial, open_study, storage_url, study_name
 
@@ -65,13 +68,22 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
         f"__{cfg.objective.name}__", f"__{best_from}__"
     )
     try:
-        best = best_trial(open_study(study_cfg, create=False))
+        study = open_study(study_cfg, create=False)
     except KeyError:
         raise ConfigError(
             f"no sweep study {study_name(study_cfg)!r} in {masked(storage_url(cfg))}; "
             f"run `python -m kcal.sweep dataset={cfg.dataset.name} objective={best_from}` first, "
             "or pass seeds_run.use_best=false to use the config as given"
         ) from None
+    number = cfg.seeds_run.get("trial")
+    if number is None:
+        best = best_trial(study)
+    else:
+        done = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+        if int(number) not in done:
+            raise ConfigError(f"seeds_run.trial={number}: study {study_name(study_cfg)!r} has no completed trial "
+                              f"of that number; completed: {min(done, default='-')}..{max(done, default='-')}")  # fmt: skip
+        best = done[int(number)]
     return apply(cfg, best.params), {"study": study_name(study_cfg), "trial": best.number, "value": value_of(best),
                                      "params": best.params}  # fmt: skip
 
