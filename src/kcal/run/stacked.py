@@ -36,15 +36,14 @@ Bit-identity on CPU, by construction or by probe:
   evaluated per member with :meth:`Objective.regularization` itself (``kcal.mmd``'s fused fast path is
   not ``vmap``-able, and under ``vmap`` it would take another, numerically different path);
 * evaluation (validation, DCE curves) calls the single network's own ``forward`` per member through
-  ``torch.func.functional_call``, and the validation accumulator of the Lightning module
+  ``torch.func.functional_call``, and the validation accumulator every run uses
   (:class:`kcal.run.epoch.ValidationAccumulator`).
 
 The one known difference: the recorded *training* loss of cross-entropy objectives, because the batched
 cross-entropy sums a batch in a different order than ``F.cross_entropy(reduction="mean")`` (a few ulps on
 ``train/loss``/``train/base`` in ``history.csv``; gradients are identical, ``metrics.json`` unaffected).
-Each member writes what ``kcal.run.run`` writes (:mod:`kcal.run.artifacts`), except that the best weights are
-``checkpoints/best.pt`` (a plain ``state_dict``) instead of Lightning's ``best.ckpt``, and there is no
-Lightning ``csv/`` log (``history.csv`` holds the same per-epoch values).
+Each member writes what ``kcal.run.run`` writes (:mod:`kcal.run.artifacts`), except Lightning's ``csv/`` log
+(``history.csv`` holds the same per-epoch values).
 
 Under ``dataset.protocol=clean`` the data split (and so ``median`` bandwidths and the decision threshold)
 depends on the seed, so members would not share their data: ``run_seeds`` then falls back to sequential
