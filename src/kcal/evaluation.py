@@ -169,7 +169,7 @@ def evaluate_classification(model, data: DatasetSplits, recalibrator: str, objec
     bw_x, bw_y = median_sq_distance(xt), 1.0
     out = _prefixed(
         "val",
-        {"acc": cm.accuracy(pv, yv), "ece": cm.ece(pv, yv), "nll": torch.nn.functional.cross_entropy(lv, yv)},
+        {"acc": cm.accuracy(pv, yv), "ece": cm.ece(pv, yv), "nll": cm.nll_logits(lv, yv)},
     )
     out |= _prefixed("test", classification_exact(pt, yt, xt, bw_x, bw_y))
     out["test/kce_bandwidth_x"] = bw_x

@@ -215,3 +215,27 @@ def test_bad_inputs_raise():
         C.accuracy(torch.rand(5, 2), torch.full((5,), 2))
     with pytest.raises(ValueError):
         C.entropy(torch.zeros(0, 3))
+
+
+def test_nll_logits_equals_cross_entropy_and_separates_confident_forecasts():
+    g = torch.Generator().manual_seed(11)
+    logits, labels = (
+        torch.randn(40, 5, generator=g, dtype=torch.float64),
+        torch.randint(0, 5, (40,), generator=g),
+    )
+    assert torch.allclose(
+        C.nll_logits(logits, labels), torch.nn.functional.cross_entropy(logits, labels), rtol=1e-12
+    )
+    ref = sum(math.log1p(sum(math.exp(v - row[y]) for c, v in enumerate(row) if c != y))
+              for row, y in zip(logits.tolist(), labels.tolist(), strict=True)) / 40  # fmt: skip
+    assert float(C.nll_logits(logits, labels)) == pytest.approx(ref, rel=1e-12)
+    # two confident, correct models: float32 cross-entropy rounds both to 0; nll_logits keeps them apart
+    confident = torch.tensor([[60.0, 0.0], [0.0, 60.0]]), torch.tensor([[90.0, 0.0], [0.0, 90.0]])
+    y = torch.tensor([0, 1])
+    assert all(float(torch.nn.functional.cross_entropy(z, y)) == 0.0 for z in confident)
+    a, b = (float(C.nll_logits(z, y)) for z in confident)
+    assert (
+        a == pytest.approx(math.exp(-60), rel=1e-9)
+        and b == pytest.approx(math.exp(-90), rel=1e-9)
+        and a > b > 0
+    )

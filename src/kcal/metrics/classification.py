@@ -21,6 +21,7 @@ __all__ = [
     "entropy",
     "kce",
     "kce_batched",
+    "nll_logits",
     "bin_index",
     "binned_sums",
     "binned_calibration_error",
@@ -128,6 +129,26 @@ def classwise_ece(probs, labels, n_bins: int = 20) -> Tensor:
     group = torch.arange(m, device=probs.device).repeat(n)
     count, csum, hsum = binned_sums(conf, hit, n_bins, n_groups=m, group=group)
     return binned_calibration_error(count, csum, hsum, n, "l1").mean()
+
+
+def nll_logits(logits, labels) -> Tensor:
+    r"""Mean cross-entropy of ``logits`` ``(n, m)``, exact for confident forecasts:
+    :math:`\frac1N\sum_i \operatorname{softplus}(\log\sum_{c \ne y_i} e^{z_{ic}} - z_{iy_i})`.
+
+    Equal to ``F.cross_entropy`` (``log(1 + sum_{c != y} e^{z_c - z_y})``), computed in float64 as the
+    softplus of the log-odds against the label, so a correct forecast with margin m contributes about
+    e^-m down to float64's smallest numbers (m ~ 745) instead of rounding to exactly 0 beyond m ~ 17
+    (float32) or 37 (float64): confident models keep distinct values (model selection can rank them).
+    """
+    z = torch.as_tensor(logits).double()
+    labels = torch.as_tensor(labels).long()
+    if z.ndim != 2 or labels.shape != (z.shape[0],):
+        raise ValueError(
+            f"logits must be (n, m) and labels (n,), got {tuple(z.shape)} and {tuple(labels.shape)}"
+        )
+    z_label = z.gather(1, labels[:, None])[:, 0]
+    others = z.scatter(1, labels[:, None], float("-inf"))
+    return torch.nn.functional.softplus(torch.logsumexp(others, -1) - z_label).mean()
 
 
 def entropy(probs) -> Tensor:
