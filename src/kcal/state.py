@@ -12,7 +12,8 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
   (complete, failed, running, waiting; numbers, parameters, values, attributes) and the study's user
   attributes, among them its configuration fingerprint (:mod:`kcal.fingerprint`);
 * ``<objective>/sweep/best.json``;
-* ``<label>/fingerprint.json``, ``best_trial.json`` and ``summary.csv`` of every seed rerun, and of
+* ``<label>/fingerprint.json`` and ``best_trial.json`` of every seed rerun (its ``summary.csv`` is
+  derived from the seeds, and a resumed run rebuilds it), and of
   each finished seed (one with a ``metrics.json``) ``seeds/seed<k>/metrics.json``, ``run.json`` and
   ``config.yaml``; with ``--history`` also its ``history.csv`` (the per-epoch curves of the
   reproduction's figures, the largest of these files). Checkpoints, predictions, figures, trial
@@ -50,7 +51,7 @@ from kcal.errors import ConfigError, exits_on_user_error
 
 MARKER = "kcal-state.json"
 JOURNAL = "journal.log"
-RERUN_FILES = ("fingerprint.json", "best_trial.json", "summary.csv")  # per <dataset>/<label>/
+RERUN_FILES = ("fingerprint.json", "best_trial.json")  # per <dataset>/<label>/; summary.csv is rebuilt on resume
 SEED_FILES = ("metrics.json", "run.json", "config.yaml")  # per finished seed
 HISTORY = "history.csv"  # per finished seed, with --history
 SWEEP_FILES = (
