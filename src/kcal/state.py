@@ -51,7 +51,10 @@ from kcal.errors import ConfigError, exits_on_user_error
 
 MARKER = "kcal-state.json"
 JOURNAL = "journal.log"
-RERUN_FILES = ("fingerprint.json", "best_trial.json")  # per <dataset>/<label>/; summary.csv is rebuilt on resume
+RERUN_FILES = (
+    "fingerprint.json",
+    "best_trial.json",
+)  # per <dataset>/<label>/; summary.csv is rebuilt on resume
 SEED_FILES = ("metrics.json", "run.json", "config.yaml")  # per finished seed
 HISTORY = "history.csv"  # per finished seed, with --history
 SWEEP_FILES = (
