@@ -95,7 +95,8 @@ def test_two_workers_on_one_new_storage_finish_exactly_n_trials(tmp_path):
 
 def test_sigkill_of_one_of_two_workers_mid_trial_retries_its_trial(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = sweep_cmd(tmp_path, 6, "trainer.max_epochs=5", "trainer.min_epochs=5", *FAST_HEARTBEAT)
+    # trials of 40 epochs (about a second each), so the poll below sees worker 0 in the middle of one
+    cmd = sweep_cmd(tmp_path, 6, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
     workers = [subprocess.Popen([*cmd, f"sweep.worker={w}"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
     victim = workers[0]
