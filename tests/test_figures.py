@@ -242,7 +242,7 @@ def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tm
 @pytest.mark.parametrize("dataset", ["crime", "crop-yield"])
 def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objective(dataset):
     from kcal.data import load
-    from kcal.evaluation import median_sq_distance
+    from kcal.kernels import median_heuristic
     from kcal.run.local import compose_local_config, resolve_phi_bandwidth
     from kcal.run.setup import decision_threshold, objective_from_config
 
@@ -252,7 +252,9 @@ def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objec
     feats = list(cfg.objective.params.features)
     assert feats == list(cfg.dataset.local_features) and len(feats) == 2
     data = load(dataset, protocol=cfg.dataset.protocol, seed=cfg.seed)
-    assert cfg.objective.params.bandwidth_z == pytest.approx(median_sq_distance(data.train.x[:, feats]))
+    assert cfg.objective.params.bandwidth_z == pytest.approx(
+        median_heuristic(data.train.x[:, feats], max_rows=1000)
+    )
     assert cfg.trainer.max_epochs == 100 and cfg.recalibrator.name == "conformal"
     objective = objective_from_config(cfg, data, decision_threshold(cfg, data))
     x, y = data.train.x[:64], data.train.y[:64]

@@ -238,33 +238,35 @@ MEDIAN_MAX_ROWS = 2048
 """The median heuristic looks at the first this many rows (about 2 million pairs)."""
 
 
-def _pairwise(a: Tensor, kernel: str) -> Tensor:
-    """Distances between distinct rows of ``a`` (leading batch dims flattened), in ``kernel``'s convention."""
+def _pairwise(a: Tensor, kernel: str, max_rows: int = MEDIAN_MAX_ROWS) -> Tensor:
+    """Distances between distinct rows of ``a`` (every ordered pair; leading batch dims flattened; the
+    first ``max_rows`` rows), in ``kernel``'s convention."""
     p = as_points(a).detach().to(torch.float64)
-    p = p.reshape(-1, *p.shape[-2:])[:, :MEDIAN_MAX_ROWS]
-    d = torch.cdist(p, p, p=1.0) if kernel == "laplacian" else sq_dist(p, p)
+    p = p.reshape(-1, *p.shape[-2:])[:, :max_rows]
+    d = torch.cdist(p, p, p=1.0) if kernel == "laplacian" else torch.cdist(p, p).pow(2)
     n = p.shape[-2]
-    upper = torch.triu(torch.ones(n, n, dtype=torch.bool, device=p.device), diagonal=1)
-    return d[:, upper].reshape(-1)
+    off = ~torch.eye(n, dtype=torch.bool, device=p.device)  # both triangles: cdist is symmetric to rounding
+    return d[:, off].reshape(-1)
 
 
-def median_heuristic(a: Tensor, kernel: str = "rbf") -> float:
+def median_heuristic(a: Tensor, kernel: str = "rbf", max_rows: int = MEDIAN_MAX_ROWS) -> float:
     """The median heuristic bandwidth of ``kernel`` on the rows of ``a`` (``(n,)`` or ``(..., n, d)``).
 
-    ``rbf`` (``exp(-||u - v||^2 / bandwidth)``): the median over pairs ``i < j`` of ``||a_i - a_j||^2``,
+    ``rbf`` (``exp(-||u - v||^2 / bandwidth)``): the median over pairs ``i != j`` of ``||a_i - a_j||^2``,
     so the median pair has kernel value ``e^-1``. ``laplacian`` (``exp(-||u - v||_1 / bandwidth)``): the
     median L1 distance. Leading batch dimensions pool their pairs. The rows are detached (no gradient
     flows through the bandwidth) and the distances are taken in float64; returning a float is one host
     synchronisation. With n rows there are n(n - 1)/2 pairs: n = 2 gives that pair's distance, and below
-    about 20 rows the value moves noticeably from batch to batch; above ``MEDIAN_MAX_ROWS`` rows only the
-    first ones are used. When over half the pairs are equal
+    about 20 rows the value moves noticeably from batch to batch; only the first ``max_rows`` rows are used
+    (default ``MEDIAN_MAX_ROWS``). The same function resolves the configs' ``bandwidth_z: median`` over the
+    training split and the evaluation KCE's bandwidth. When over half the pairs are equal
     rows (a discrete variable), the median is 0 and the mean of the non-zero distances is used instead;
     when all rows are equal, 1.0.
     """
     key = kernel_key(kernel)
     if key not in BANDWIDTH_KERNELS:
         raise ValueError(f"the median heuristic applies to {list(BANDWIDTH_KERNELS)}, not {key!r}")
-    d = _pairwise(a, key)
+    d = _pairwise(a, key, max_rows)
     if d.numel() == 0:
         raise ValueError("the median heuristic needs at least 2 rows")
     med = float(d.median())

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from kcal.evaluation import median_sq_distance
 from kcal.figures.common import (
     MissingInputError,
     load_config,
@@ -45,6 +44,7 @@ from kcal.figures.common import (
     save_figure,
 )
 from kcal.figures.run import regression_calibration
+from kcal.kernels import median_heuristic
 from kcal.metrics.local import DEFAULT_LCE_LEVELS, lce_calibrated_floor, lce_total, local_weights
 
 LOCAL_ROOT = Path("outputs/local_calibration")
@@ -102,7 +102,7 @@ def local_map_data(run_dir: Path, bandwidth: float | None = None, n_levels: int 
     features = list(cfg.dataset.get("local_features", [0, 1]))
     phi = data.test.x[:, features].double()
     if bandwidth is None:
-        bandwidth = LCE_BANDWIDTH_FACTOR * median_sq_distance(phi, max_rows=len(phi))
+        bandwidth = LCE_BANDWIDTH_FACTOR * median_heuristic(phi, max_rows=len(phi))
     cal = regression_calibration(preds, str(cfg.recalibrator.name))
     pit = torch.as_tensor(cal["pit"])
     n_eff = 1.0 / local_weights(phi, phi, bandwidth).square().sum(-1)

@@ -29,7 +29,8 @@ from kcal.configs import CONFIG_DIR
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
 from kcal.errors import ConfigError
-from kcal.evaluation import RECALIBRATORS, median_sq_distance, resolve_recalibrator
+from kcal.evaluation import MAX_KCE_BANDWIDTH_ROWS, RECALIBRATORS, resolve_recalibrator
+from kcal.kernels import median_heuristic
 from kcal.models import build_model
 from kcal.objectives import Objective
 
@@ -116,7 +117,9 @@ def phi_bandwidth(cfg: DictConfig, data: DatasetSplits) -> float | None:
     if rule is None:
         return None
     if rule == "median":
-        return float(median_sq_distance(data.train.x[:, list(cfg.objective.params.features)]))
+        return median_heuristic(
+            data.train.x[:, list(cfg.objective.params.features)], max_rows=MAX_KCE_BANDWIDTH_ROWS
+        )
     try:
         value = float(rule)
     except ValueError:
@@ -132,7 +135,7 @@ def objective_params(cfg: DictConfig, data: DatasetSplits, threshold: float) -> 
     if "bandwidth_x" in params:
         raise ConfigError("objective.params.bandwidth_x is now called bandwidth_z (the kernel on x)")
     if params.get("bandwidth_z") == "median":
-        params["bandwidth_z"] = median_sq_distance(data.train.x)
+        params["bandwidth_z"] = median_heuristic(data.train.x, max_rows=MAX_KCE_BANDWIDTH_ROWS)
     phi = phi_bandwidth(cfg, data)
     if phi is not None:
         params["bandwidth_z"] = phi
