@@ -23,7 +23,7 @@ import optuna
 
 from kcal import fronts
 from kcal.data import get_spec
-from kcal.registry import PAPER_OBJECTIVES
+from kcal.paper import PAPER_OBJECTIVES
 from kcal.selection import metric_names
 
 

@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from kcal import bench
-from kcal.registry import PAPER_OBJECTIVES
+from kcal.paper import PAPER_OBJECTIVES
 
 from .data.conftest import mirror_has
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import kcal.figures
-from kcal.figures import aggregate_curves, draw_local_maps, draw_reproduction, draw_run_figures, find_runs
+import kcal.run.artifacts
+from kcal.figures import aggregate_curves, draw_local_maps, draw_reproduction
 from kcal.figures.__main__ import main as cli
-from kcal.figures.run import classification_calibration, regression_calibration
+from kcal.layout import seed_runs
+from kcal.run.plots import classification_calibration, draw_run_figures, regression_calibration
 
 from .data.conftest import mirror_has
 
@@ -138,7 +139,7 @@ def test_aggregate_over_the_seeds_present_at_each_epoch():
 
 def test_reproduction_figures(tmp_path):
     root = fake_reproduction(tmp_path / "repro")
-    found = find_runs(root)
+    found = seed_runs(root)
     assert sorted(found) == ["toycls", "toyreg"] and [p.name for p in found["toyreg"]["nll"]] == [
         "seed0",
         "seed1",
@@ -229,7 +230,7 @@ def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tm
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(kcal.figures, "draw_run_figures", broken)
+    monkeypatch.setattr(kcal.run.artifacts, "draw_run_figures", broken)
     with caplog.at_level(logging.WARNING, logger="kcal.train"):
         metrics = run(cfg, tmp_path / "broken")
     assert metrics["status"] == "ok" and (tmp_path / "broken" / "metrics.json").is_file()
@@ -243,7 +244,7 @@ def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tm
 def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objective(dataset):
     from kcal.data import load
     from kcal.kernels import median_heuristic
-    from kcal.run.local import compose_local_config, resolve_phi_bandwidth
+    from kcal.local_calibration import compose_local_config, resolve_phi_bandwidth
     from kcal.run.setup import decision_threshold, objective_from_config
 
     cfg = compose_local_config(dataset, "nll_mmd_local")

@@ -9,15 +9,8 @@ import kcal.sweep
 from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
 from kcal.formula import evaluate, parse_formula
-from kcal.sweep import (
-    apply,
-    fit_to_data,
-    run_trial,
-    sample,
-    search_space,
-    settings,
-    train_rows,
-)
+from kcal.search_space import apply, fit_to_data, sample, search_space, settings, train_rows
+from kcal.sweep import run_trial
 
 
 def sweep_cfg(*overrides):

@@ -18,8 +18,9 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from kcal.progress import Progress, duration
+from kcal.search_space import apply
 from kcal.storage_url import engine_url
-from kcal.sweep import STATUS, StorageUnavailable, apply, counted, open_storage
+from kcal.sweep import STATUS, StorageUnavailable, counted, open_storage
 
 from .data.conftest import mirror_has
 from .test_reproduce import SMOKE, study_counts, sweep_cmd

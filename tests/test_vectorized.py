@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from kcal import seeding
+from kcal import random_streams
 from kcal.configs import CONFIG_DIR
 from kcal.models import build_model
 from kcal.objectives import Objective
@@ -53,8 +53,10 @@ def history(path):
 
 
 def check_equivalent(cfg, tmp_path, seeds=SEEDS, chunk_size=None):
-    """run_seeds over ``seeds`` equals separate kcal.run.run calls; returns both metrics lists."""
-    vec = V.run_seeds(cfg, seeds, [tmp_path / f"v{s}" for s in seeds], chunk_size=chunk_size, progress=False)
+    """train_stacked over ``seeds`` equals separate kcal.run.run calls; returns both metrics lists."""
+    vec = V.train_stacked(
+        cfg, seeds, [tmp_path / f"v{s}" for s in seeds], chunk_size=chunk_size, progress=False
+    )
     single = [run(V.member_config(cfg, s), tmp_path / f"s{s}") for s in seeds]
     for s, a, b in zip(seeds, vec, single, strict=True):
         assert a.keys() == b.keys(), set(a) ^ set(b)
@@ -141,7 +143,7 @@ def test_a_diverging_member_does_not_change_the_others(tmp_path, monkeypatch):
     assert [m["status"] for m in vec] == ["ok", "diverged", "ok"]
     assert vec[1]["epochs"] == 2 and vec[0]["epochs"] == 4  # the NaN member trained to min_epochs, alone
     monkeypatch.setattr(setup, "build", real_build)
-    healthy = V.run_seeds(cfg, [0, 2], [tmp_path / "h0", tmp_path / "h2"], progress=False)
+    healthy = V.train_stacked(cfg, [0, 2], [tmp_path / "h0", tmp_path / "h2"], progress=False)
     assert [numbers(m) for m in healthy] == [numbers(vec[0]), numbers(vec[2])]  # bit for bit
 
 
@@ -149,7 +151,7 @@ def test_clean_protocol_falls_back_to_sequential_runs(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(V, "run", lambda cfg, out: calls.append((cfg.seed, out)) or {"seed": cfg.seed})
     cfg = cfg_for("dataset=crime", "dataset.protocol=clean")
-    out = V.run_seeds(cfg, [3, 4], [tmp_path / "a", tmp_path / "b"], progress=False)
+    out = V.train_stacked(cfg, [3, 4], [tmp_path / "a", tmp_path / "b"], progress=False)
     assert out == [{"seed": 3}, {"seed": 4}] and calls == [(3, tmp_path / "a"), (4, tmp_path / "b")]
     assert cfg.seed == 0  # the caller's config is untouched
 
@@ -160,7 +162,7 @@ def test_clean_protocol_falls_back_to_sequential_runs(tmp_path, monkeypatch):
 def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, batchnorm):
     k = 3
     models = [
-        seeding.init_with_seed(s, lambda: build_model("auto", task, d, m, widths, batchnorm))
+        random_streams.init_with_seed(s, lambda: build_model("auto", task, d, m, widths, batchnorm))
         for s in range(k)
     ]
     net = N.StackedMLP(models)

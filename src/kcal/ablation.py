@@ -23,18 +23,18 @@ import hydra
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from kcal import layout
 from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
+from kcal.search_space import apply
 from kcal.seeds import aggregate, best_config, train_seeds
 from kcal.storage_url import keeps_password_off_disk
-from kcal.sweep import apply
 
 
 def ablation_dir(cfg: DictConfig) -> Path:
     """``<root>/ablations/<dataset>/<objective>``, plus one folder naming the ``ablation.set`` keys if any."""
-    out = Path(cfg.root) / "ablations" / cfg.dataset.name / str(cfg.objective.name)
     fixed = OmegaConf.to_container(cfg.ablation.set) if cfg.ablation.set else {}
-    return out / ",".join(f"{k}={v}" for k, v in sorted(fixed.items())) if fixed else out
+    return layout.ablation_dir(cfg.root, cfg.dataset.name, str(cfg.objective.name), fixed)
 
 
 def run_ablation(cfg: DictConfig) -> pd.DataFrame:
@@ -55,9 +55,9 @@ def run_ablation(cfg: DictConfig) -> pd.DataFrame:
     frames = []
     for value in values:
         run_cfg = apply(best, {key: value})
-        value_dir = out / f"{key}={value}"
-        dirs = [value_dir / "seeds" / f"seed{k}" for k in seeds]
-        pending = [k for k, d in zip(seeds, dirs, strict=True) if not (d / "metrics.json").is_file()]
+        value_dir = layout.ablation_value_dir(out, key, value)
+        dirs = [layout.seed_dir(value_dir, k) for k in seeds]
+        pending = [k for k, d in zip(seeds, dirs, strict=True) if not layout.is_finished(d)]
         print(f"[ablation {cfg.dataset.name}/{cfg.objective.name}] {key}={value}: "
               f"{len(seeds) - len(pending)} of {len(seeds)} seeds finished, {len(pending)} to train",
               file=sys.stderr, flush=True)  # fmt: skip

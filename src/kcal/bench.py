@@ -47,11 +47,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from kcal import seeding
+from kcal import random_streams as seeding
 from kcal.configs import CONFIG_DIR
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
-from kcal.registry import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
+from kcal.paper import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
 from kcal.run import run
 from kcal.run.artifacts import finalize
 from kcal.run.engine import Engine, Member, adam
@@ -268,7 +268,7 @@ def run_vectorized(cfg: DictConfig, seeds: list[int], root: Path) -> tuple[float
     """(wall seconds, training seconds) of ``run_seeds`` over ``seeds``."""
     import json
 
-    from kcal.run import run_seeds
+    from kcal.run import train_stacked as run_seeds
 
     with quiet():
         t0 = time.perf_counter()

@@ -36,10 +36,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 import kcal
+from kcal import layout
 from kcal.errors import ConfigError
+from kcal.search_space import search_space
 
 STUDY_ATTR = "kcal_fingerprint"
-SEEDS_FILE = "fingerprint.json"
+SEEDS_FILE = layout.FINGERPRINT_FILE
 NOT_SHAPING = (  # config keys (and everything under them) that change no number of a run
     "seed", "root", "profile_name", "task", "hydra", "reproduce", "seeds", "seeds_run", "hparams_search",
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
@@ -89,8 +91,6 @@ def fingerprint(cfg: DictConfig, extra: dict | None = None, drop: tuple[str, ...
 def study_fingerprint(cfg: DictConfig, space: dict | None = None) -> dict[str, object]:
     """A sweep's fingerprint: its config and the search space it samples from."""
     if space is None:
-        from kcal.sweep import search_space
-
         space = search_space(cfg)
     return fingerprint(cfg, extra={f"search_space.{k}": v for k, v in flatten(space).items()})
 
@@ -170,12 +170,12 @@ def check_seeds(label_dir: Path, base: DictConfig, best: dict, cfg: DictConfig) 
     path = Path(label_dir) / SEEDS_FILE
     current = seeds_fingerprint(base, best)
     stored = json.loads(path.read_text()) if path.is_file() else None
-    has_runs = any((Path(label_dir) / "seeds").glob("seed*/metrics.json"))
+    has_runs = bool(layout.finished_seed_files(label_dir))
     action = settle(stored, current, has_runs, what=f"seed directory {label_dir}", flag="seeds_run",
                     overwrite=bool(cfg.seeds_run.get("overwrite")), adopt=bool(cfg.seeds_run.get("adopt")))  # fmt: skip
     if action == "overwrite":
-        shutil.rmtree(Path(label_dir) / "seeds", ignore_errors=True)
-        (Path(label_dir) / "summary.csv").unlink(missing_ok=True)
+        shutil.rmtree(layout.seeds_dir(label_dir), ignore_errors=True)
+        (Path(label_dir) / layout.SUMMARY_FILE).unlink(missing_ok=True)
     if action != "resume":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kcal import layout
 from kcal.selection import selected, value_of
 from kcal.sweep import COUNTED_FAILURES, STATUS
 from kcal.tables import (
@@ -64,12 +65,12 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
     import optuna
     from optuna.trial import TrialState
 
-    url = storage or f"sqlite:///{(Path(root) / 'sweeps.db').resolve()}"
+    url = storage or layout.sqlite_url(root)
     rows = []
     for summary in optuna.get_all_study_summaries(url, include_best_trial=False):
         study = optuna.load_study(study_name=summary.study_name, storage=url)
         trials = study.get_trials(deepcopy=False)
-        dataset, objective = summary.study_name.split("__")[:2]
+        dataset, objective, _, selection = layout.parse_study_name(summary.study_name)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         counted_fail = [t for t in trials if t.state == TrialState.FAIL
                         and t.user_attrs.get(STATUS) in COUNTED_FAILURES]  # fmt: skip
@@ -78,7 +79,7 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
         ends = [t.datetime_complete for t in trials if t.datetime_complete]
         seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
                       if t.datetime_start and t.datetime_complete)  # fmt: skip
-        seed_files = sorted(Path(root, dataset, objective, "seeds").glob("seed*/metrics.json"))
+        seed_files = layout.finished_seed_files(layout.label_dir(root, dataset, objective, selection))
         seeds_end = max((p.stat().st_mtime for p in seed_files), default=None)
         rows.append({
             "dataset": dataset, "objective": objective, "study": summary.study_name,
@@ -212,7 +213,7 @@ def publish(
     ``outputs/reproduce/<profile>``). Returns the files written."""
     profile = profile or root.name
     data = Path(data) if data is not None else data_dir(profile)
-    src = root / "results.csv"
+    src = layout.results_file(root)
     if not src.is_file():
         raise SystemExit(
             f"kcal.report: {src} not found; run the reproduction (python -m kcal.reproduce) first"
@@ -223,8 +224,8 @@ def publish(
     (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
     shutil.copyfile(src, data / "results.csv")
     study_rows(root, storage).to_csv(data / "studies.csv", index=False)
-    for best in sorted(root.glob("*/*/sweep/best.json")):
-        target = dest / "best" / f"{best.parents[2].name}__{best.parents[1].name}.json"
+    for (dataset, objective), best in layout.best_files(root).items():
+        target = dest / "best" / f"{layout.pair_name(dataset, objective)}.json"
         target.parent.mkdir(exist_ok=True)
         info = json.loads(best.read_text())
         target.write_text(

@@ -21,13 +21,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from kcal import layout
 from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
 from kcal.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
+from kcal.paper import PAPER_DATASETS as DATASETS
+from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.progress import Progress
-from kcal.registry import PAPER_DATASETS as DATASETS
-from kcal.registry import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.seeds import chunk_units, chunks, collect, run_seeds, seed_dirs
 from kcal.storage_url import keeps_password_off_disk
 from kcal.sweep import counted, open_study, sweep
@@ -56,7 +57,7 @@ def check_complete(cfg: DictConfig, not_run: dict[str, DataError], n_rows: int) 
     if corrupt:
         raise DataError(f"reproduction incomplete ({n_rows} result rows): " + " | ".join(corrupt))
     if n_rows == 0:
-        raise IncompleteError(f"no result rows in {Path(cfg.root) / 'results.csv'}: no seed run finished "
+        raise IncompleteError(f"no result rows in {layout.results_file(cfg.root)}: no seed run finished "
                               f"with status ok; see the seeds' metrics.json under {cfg.root}")  # fmt: skip
 
 
@@ -72,7 +73,7 @@ def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
         out += [(ds, obj, [f"objective={obj}"]) for obj in objectives]
         if task == "regression" and ds in cfg.reproduce.sample_size_datasets and "nll_mmd" in objectives:
             for s in cfg.reproduce.sample_sizes:
-                label = f"nll_mmd@samples={s}"
+                label = layout.variant_label("nll_mmd", "samples", s)
                 out.append((ds, label, ["objective=nll_mmd", f"objective.params.num_samples={s}",
                                         f"seeds_run.label='{label}'", "seeds_run.best_from=nll_mmd"]))  # fmt: skip
     return out
@@ -92,7 +93,7 @@ def protocol_progress(runnable: list[Stage]) -> Progress:
             except KeyError:  # no study yet
                 pass
         dirs = seed_dirs(st.cfg)
-        finished = sum((d / "metrics.json").is_file() for d in dirs.values())
+        finished = sum(layout.is_finished(d) for d in dirs.values())
         total += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(dirs))) * cost
         done += sum(chunk_units(len(c)) for c in chunks(st.cfg, list(range(finished)))) * cost
     return Progress(total, "protocol", done=done)
@@ -112,7 +113,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
                 print(f"[not run] {ds}: {getattr(reason, 'reason', reason)}", file=sys.stderr)
         if ds not in skipped:
             pair = hydra.compose("seeds", overrides=[*user_overrides, f"dataset={ds}", *extra])
-            runnable.append(Stage(ds, label, pair, sweeps="@" not in label))
+            runnable.append(Stage(ds, label, pair, sweeps=not layout.is_variant(label)))
     jobs = int(cfg.reproduce.jobs or os.cpu_count() or 1)
     progress = protocol_progress(runnable)
     print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es); {progress.status()}",
@@ -128,7 +129,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     else:
         run_pool(runnable, jobs, progress)
     results = collect(root)
-    results_csv = root / "results.csv"
+    results_csv = layout.results_file(root)
     root.mkdir(parents=True, exist_ok=True)
     results.to_csv(results_csv, index=False)
     print(

@@ -23,13 +23,14 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from kcal import layout
 from kcal.configs import CONFIG_PATH
 from kcal.errors import ConfigError, exits_on_config_error
 from kcal.fingerprint import check_seeds
+from kcal.paper import RESULT_COLUMNS
 from kcal.progress import Progress
-from kcal.registry import RESULT_COLUMNS
 from kcal.run import run
-from kcal.selection import study_suffix
+from kcal.selection import selection_of
 from kcal.storage_url import keeps_password_off_disk, masked
 
 TIDY_COLUMNS = list(RESULT_COLUMNS)
@@ -44,11 +45,11 @@ PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
 def label_dir(cfg: DictConfig) -> Path:
     """``<root>/<dataset>/<label>``; seed reruns of a pareto-selected trial get the study's suffix, so they
     never share a folder with the paper selection's."""
-    return Path(cfg.root) / cfg.dataset.name / (str(cfg.seeds_run.label) + study_suffix(cfg))
+    return layout.label_dir(cfg.root, cfg.dataset.name, str(cfg.seeds_run.label), selection_of(cfg))
 
 
 def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
-    return {k: label_dir(cfg) / "seeds" / f"seed{k}" for k in range(int(cfg.seeds.n_seeds))}
+    return {k: layout.seed_dir(label_dir(cfg), k) for k in range(int(cfg.seeds.n_seeds))}
 
 
 def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
@@ -59,13 +60,14 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
         return cfg, {}
     from optuna.trial import TrialState
 
+    from kcal.search_space import apply
     from kcal.selection import value_of
-    from kcal.sweep import apply, best_trial, open_study, storage_url, study_name
+    from kcal.sweep import best_trial, open_study, storage_url, study_name
 
     study_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     best_from = str(cfg.seeds_run.best_from)
-    study_cfg.sweep.study_name = str(cfg.sweep.study_name).replace(
-        f"__{cfg.objective.name}__", f"__{best_from}__"
+    study_cfg.sweep.study_name = layout.with_objective(
+        str(cfg.sweep.study_name), cfg.objective.name, best_from
     )
     try:
         study = open_study(study_cfg, create=False)
@@ -88,7 +90,7 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
                                      "params": best.params}  # fmt: skip
 
 
-def prepare(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
+def seed_plan(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
     """The resolved config the seeds train (best trial applied; ``best_trial.json`` written) and the
     seeds still to train."""
     base, best = best_config(cfg)
@@ -99,8 +101,8 @@ def prepare(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
     out = label_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     check_seeds(out, base, best, cfg)  # kcal.fingerprint: refuse finished seeds of another config
-    (out / "best_trial.json").write_text(json.dumps(best, indent=1, default=str) + "\n")
-    pending = [k for k, d in seed_dirs(cfg).items() if not (d / "metrics.json").is_file()]
+    (out / layout.BEST_TRIAL_FILE).write_text(json.dumps(best, indent=1, default=str) + "\n")
+    pending = [k for k, d in seed_dirs(cfg).items() if not layout.is_finished(d)]
     return base, pending
 
 
@@ -114,7 +116,7 @@ def summarize(cfg: DictConfig) -> pd.DataFrame:
     """Aggregate every finished seed into ``summary.csv``; return the tidy summary."""
     dirs = seed_dirs(cfg)
     summary = aggregate([dirs[k] for k in dirs], cfg.dataset.name, str(cfg.seeds_run.label))
-    summary.to_csv(label_dir(cfg) / "summary.csv", index=False)
+    summary.to_csv(label_dir(cfg) / layout.SUMMARY_FILE, index=False)
     return summary
 
 
@@ -128,7 +130,7 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
     """Train every pending seed, then aggregate all finished seeds; return the tidy summary.
 
     ``progress``: the whole run's progress (e.g. the reproduction's); default: these seeds'."""
-    base, pending = prepare(cfg)
+    base, pending = seed_plan(cfg)
     dirs = seed_dirs(cfg)
     print(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs) - len(pending)} of {len(dirs)} seeds already "
           f"finished, {len(pending)} to train", file=sys.stderr)  # fmt: skip
@@ -149,11 +151,11 @@ def chunk_units(n_seeds: int) -> float:
 
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
     if cfg.seeds_run.vectorized:  # kcal.run.stacked itself falls back to single runs under protocol=clean
-        from kcal.run.stacked import run_seeds as run_vectorized
+        from kcal.run.stacked import train_stacked
 
         size = int(cfg.seeds_run.chunk_size)
         for i in range(0, len(seeds), size):
-            run_vectorized(base, seeds[i : i + size], dirs[i : i + size], chunk_size=size)
+            train_stacked(base, seeds[i : i + size], dirs[i : i + size], chunk_size=size)
         return
     for seed, d in zip(seeds, dirs, strict=True):
         seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
@@ -165,7 +167,7 @@ def aggregate(dirs: list[Path], dataset: str, label: str) -> pd.DataFrame:
     """Tidy mean/SE over the seeds' ``metrics.json`` (status ok only)."""
     per_seed = []
     for d in dirs:
-        path = d / "metrics.json"
+        path = layout.metrics_file(d)
         if path.is_file():
             m = json.loads(path.read_text())
             if m.get("status") == "ok":
@@ -200,7 +202,7 @@ def aggregate(dirs: list[Path], dataset: str, label: str) -> pd.DataFrame:
 
 def collect(root: Path) -> pd.DataFrame:
     """Concatenate every ``summary.csv`` under a reproduction root."""
-    frames = [pd.read_csv(p) for p in sorted(Path(root).glob("*/*/summary.csv"))]
+    frames = [pd.read_csv(p) for p in layout.summary_files(root)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
 
 
@@ -211,7 +213,7 @@ def main(cfg: DictConfig) -> None:
     summary = run_seeds(cfg)
     shown = summary[(summary.recalibrator == "none") & (summary.flavour == "exact")]
     print(shown.to_string(index=False))
-    print(f"summary: {label_dir(cfg) / 'summary.csv'}")
+    print(f"summary: {label_dir(cfg) / layout.SUMMARY_FILE}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ that TPE handles categorical distances (most of kcal's spaces are categorical) a
 https://optuna.readthedocs.io/en/stable/reference/samplers/generated/optuna.samplers.NSGAIISampler.html).
 Multi-objective TPE keeps ``constant_liar`` for parallel workers (running trials count as dominated).
 
-A pareto study is a study of its own: its name ends in ``__pareto`` and its fingerprint holds
+A pareto study is a study of its own: its name and folders end in ``__pareto`` (:mod:`kcal.layout`), and
+its fingerprint holds
 ``sweep.selection`` (:mod:`kcal.fingerprint` leaves the key out while it is ``paper``).
 """
 
@@ -49,12 +50,6 @@ def selection_of(cfg: DictConfig) -> str:
     if name not in SELECTIONS:
         raise ConfigError(f"sweep.selection={name} is not one of: {', '.join(SELECTIONS)}")
     return name
-
-
-def study_suffix(cfg: DictConfig) -> str:
-    """What a study's name gets appended: nothing under ``paper``, else ``__<selection>``."""
-    name = selection_of(cfg)
-    return "" if name == "paper" else f"__{name}"
 
 
 def metric_names(task: str) -> list[str]:

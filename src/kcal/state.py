@@ -45,6 +45,7 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
 import kcal
+from kcal import layout
 from kcal.configs import CONFIG_DIR
 from kcal.data import dataset_names
 from kcal.errors import ConfigError, exits_on_user_error
@@ -52,15 +53,15 @@ from kcal.errors import ConfigError, exits_on_user_error
 MARKER = "kcal-state.json"
 JOURNAL = "journal.log"
 RERUN_FILES = (
-    "fingerprint.json",
-    "best_trial.json",
-)  # per <dataset>/<label>/; summary.csv is rebuilt on resume
-SEED_FILES = ("metrics.json", "run.json", "config.yaml")  # per finished seed
+    layout.FINGERPRINT_FILE,
+    layout.BEST_TRIAL_FILE,
+)  # per <dataset>/<label>/; summary.csv is rebuilt
+SEED_FILES = (layout.METRICS_FILE, "run.json", layout.CONFIG_FILE)  # per finished seed
 HISTORY = "history.csv"  # per finished seed, with --history
 SWEEP_FILES = (
-    "sweep/best.json",
-    "sweep__pareto/best.json",
-    "sweep__pareto/front.json",
+    f"{layout.sweep_folder('paper')}/{layout.BEST_FILE}",
+    f"{layout.sweep_folder('pareto')}/{layout.BEST_FILE}",
+    f"{layout.sweep_folder('pareto')}/{layout.FRONT_FILE}",
 )  # per <dataset>/<objective>/
 
 
@@ -78,7 +79,7 @@ def journal(path: Path) -> JournalStorage:
 
 
 def studies_of(storage, dataset: str) -> list[str]:
-    return sorted(n for n in optuna.get_all_study_names(storage) if n.split("__")[0] == dataset)
+    return sorted(n for n in optuna.get_all_study_names(storage) if layout.dataset_of_study(n) == dataset)
 
 
 def trial_counts(storage, names: list[str]) -> dict[str, int]:
@@ -93,7 +94,7 @@ def state_files(dataset_dir: Path, history: bool) -> list[Path]:
     """The portable files under ``<root>/<dataset>/``, relative to it."""
     out = [p for name in SWEEP_FILES for p in dataset_dir.glob(f"*/{name}")]
     out += [p for name in RERUN_FILES for p in dataset_dir.glob(f"*/{name}")]
-    for metrics in dataset_dir.glob("*/seeds/seed*/metrics.json"):
+    for metrics in dataset_dir.glob(f"*/{layout.FINISHED_SEED_GLOB}"):
         names = (*SEED_FILES, HISTORY) if history else SEED_FILES
         out += [metrics.parent / n for n in names if (metrics.parent / n).is_file()]
     return sorted(p.relative_to(dataset_dir) for p in out)
@@ -120,8 +121,10 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
     root, state_dir = Path(root), Path(state_dir)
     if not root.is_dir():
         raise ConfigError(f"no reproduction root at {root}")
-    storage = root_storage(root) if (root / "sweeps.db").is_file() else None
-    in_storage = {n.split("__")[0] for n in optuna.get_all_study_names(storage)} if storage else set()
+    storage = root_storage(root) if layout.storage_file(root).is_file() else None
+    in_storage = (
+        {layout.dataset_of_study(n) for n in optuna.get_all_study_names(storage)} if storage else set()
+    )
     known = set(dataset_names())
     found = sorted(known & (in_storage | {d.name for d in root.iterdir() if d.is_dir()}))
     if datasets:
@@ -191,7 +194,7 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
     datasets = list(read_marker(state_dir).get("datasets", ()))
     journals = {ds: state_dir / ds / JOURNAL for ds in datasets if (state_dir / ds / JOURNAL).is_file()}
     taken = [f"{root / ds}/" for ds in datasets if (root / ds).exists()]
-    storage = root_storage(root) if journals or (root / "sweeps.db").is_file() else None
+    storage = root_storage(root) if journals or layout.storage_file(root).is_file() else None
     existing = set(optuna.get_all_study_names(storage)) if storage else set()
     with tempfile.TemporaryDirectory() as tmp:  # read copies: the journal backend writes lock files
         sources = {}

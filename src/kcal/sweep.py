@@ -51,16 +51,18 @@ from pathlib import Path
 import hydra
 import optuna
 import sqlalchemy.exc
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from optuna.trial import TrialState
 
+from kcal import layout
 from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
+from kcal.data.splits import split_sizes
 from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
 from kcal.fingerprint import check_study, stamp_study
-from kcal.formula import evaluate, formula_names, is_number, number
 from kcal.progress import Progress
 from kcal.run import run
+from kcal.search_space import apply, sample, search_space, settings
 from kcal.selection import (
     describe,
     directions,
@@ -70,7 +72,6 @@ from kcal.selection import (
     pareto_values,
     selected,
     selection_of,
-    study_suffix,
     summary,
     value_of,
 )
@@ -93,9 +94,8 @@ class StorageUnavailable(ConfigError):
 def storage_url(cfg: DictConfig) -> str:
     if cfg.sweep.storage:
         return str(cfg.sweep.storage)
-    root = Path(cfg.root)
-    root.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(root / 'sweeps.db').resolve()}"
+    Path(cfg.root).mkdir(parents=True, exist_ok=True)
+    return layout.sqlite_url(cfg.root)
 
 
 def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
@@ -148,14 +148,13 @@ def unavailable_message(url: str, exc: Exception) -> str:
 
 
 def study_name(cfg: DictConfig) -> str:
-    """``sweep.study_name`` with :func:`kcal.selection.study_suffix` appended (``__pareto``)."""
-    name, suffix = str(cfg.sweep.study_name), study_suffix(cfg)
-    return name if name.endswith(suffix) else name + suffix
+    """``sweep.study_name`` with the selection's suffix appended (``__pareto``, :mod:`kcal.layout`)."""
+    return layout.with_selection(str(cfg.sweep.study_name), selection_of(cfg))
 
 
 def sweep_dir(cfg: DictConfig) -> Path:
     """Where the study's trial runs, ``best.json`` (and ``front.json``) go."""
-    return Path(cfg.root) / cfg.dataset.name / cfg.objective.name / f"sweep{study_suffix(cfg)}"
+    return layout.sweep_dir(cfg.root, cfg.dataset.name, cfg.objective.name, selection_of(cfg))
 
 
 def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
@@ -189,118 +188,6 @@ def open_checked_study(cfg: DictConfig) -> optuna.Study:
         study = open_study(cfg)
         stamp_study(study, cfg, space)
     return study
-
-
-def train_rows(cfg: DictConfig) -> int:
-    """Rows in the training split this config trains on (the split sizes, capped by ``max_train_rows``)."""
-    from kcal.data.splits import split_sizes
-
-    n_train = split_sizes(get_spec(cfg.dataset.name).n_used)[0]
-    cap = cfg.dataset.get("max_train_rows")
-    return min(n_train, int(cap)) if cap else n_train
-
-
-def fit_to_data(space: dict[str, dict], n_train: int) -> dict[str, dict]:
-    """Drop batch-size choices larger than the training split: such a config cannot train (every batch
-    is dropped), so sampling it would spend a trial of the budget on nothing."""
-    dist = space.get("trainer.batch_size")
-    if dist is None or "choices" not in dist:
-        return space
-    fitting = [b for b in dist["choices"] if int(b) <= n_train]
-    if not fitting:
-        raise ConfigError(
-            f"no trainer.batch_size choice of the search space fits the training split ({n_train} rows); "
-            f"add a smaller one to hparams_search (choices: {list(dist['choices'])})"
-        )
-    return {**space, "trainer.batch_size": {**dist, "choices": fitting}}
-
-
-def entries(cfg: DictConfig) -> dict[str, dict]:
-    """``hparams_search``'s common entries plus those of ``cfg``'s objective, without null ones; empty when
-    the config has no search space or the space does not cover the objective."""
-    space = OmegaConf.select(cfg, "hparams_search")
-    if space is None or cfg.objective.name not in space.objectives:
-        return {}
-    merged = {
-        **OmegaConf.to_container(space.common),
-        **OmegaConf.to_container(space.objectives[cfg.objective.name]),
-    }
-    return {k: v for k, v in merged.items() if v is not None}
-
-
-def search_space(cfg: DictConfig) -> dict[str, dict]:
-    """``hparams_search``'s common entries plus the objective's, as ``name -> entry``; an entry set to null
-    (a space derived from another, e.g. ``median_x``) is not searched and the config's value stays.
-
-    An entry is sampled (``{choices: [...]}`` or ``{low, high[, log]}``) or derived (``{derive: formula}``).
-    A sampled entry's name is the config path it sets, unless it lists its paths in ``set``: one value for
-    several keys (``set: [a, b]``), or none (``set: []``, a value only formulas use). A derived entry's
-    name is a config path; its formula (numbers, names, ``+ - * / **``, parentheses) names entries or
-    config keys, e.g. ``{derive: "1 / (nll_weight * trainer.batch_size)"}``. See :func:`settings`.
-    """
-    space = cfg.hparams_search
-    if cfg.objective.name not in space.objectives:
-        raise ConfigError(f"hparams_search={space.name} has no entry for objective {cfg.objective.name}; "
-                          f"it covers: {', '.join(space.objectives)}")  # fmt: skip
-    merged = entries(cfg)
-    for path, entry in merged.items():
-        if "derive" in entry:
-            for name in formula_names(entry["derive"]):
-                if name not in merged or "derive" in merged[name]:
-                    number(name, OmegaConf.select(cfg, name), f"{path}'s formula {entry['derive']!r}")
-    return fit_to_data(merged, train_rows(cfg))
-
-
-def sample(trial: optuna.Trial, space: dict[str, dict]) -> dict:
-    """The trial's sampled values by entry name (derived entries are computed by :func:`settings`)."""
-    params = {}
-    for path, dist in space.items():
-        if "derive" in dist:
-            continue
-        if "choices" in dist:
-            params[path] = trial.suggest_categorical(path, list(dist["choices"]))
-        elif all(isinstance(dist[k], int) for k in ("low", "high")) and not dist.get("log"):
-            params[path] = trial.suggest_int(path, dist["low"], dist["high"])
-        else:
-            params[path] = trial.suggest_float(
-                path, float(dist["low"]), float(dist["high"]), log=bool(dist.get("log"))
-            )
-    return params
-
-
-def settings(cfg: DictConfig, params: dict) -> dict:
-    """The config values (``path -> value``) that ``params`` stand for under ``cfg``'s search space.
-
-    A sampled entry's value goes to its ``set`` paths (default: its name); a name that is no entry of the
-    space is a config path (e.g. an ablation's override). A derived entry is computed when ``params``
-    hold one of its formula's names but not its own path, and every name has a value (``params``, then
-    the values set here, then the config); otherwise the config's value stays. So a trial's and its best
-    trial's params give the same config.
-    """
-    space = entries(cfg)
-    out = {}
-    for name, value in params.items():
-        for path in space.get(name, {}).get("set", [name]):
-            out[path] = value
-    for path, entry in space.items():
-        if "derive" not in entry or path in params or not formula_names(entry["derive"]) & params.keys():
-            continue
-        values = {name: params.get(name, out.get(name, OmegaConf.select(cfg, name)))
-                  for name in formula_names(entry["derive"])}  # fmt: skip
-        if all(map(is_number, values.values())):
-            out[path] = evaluate(entry["derive"], values)
-    return out
-
-
-def apply(cfg: DictConfig, params: dict) -> DictConfig:
-    """A resolved copy of ``cfg`` with the :func:`settings` of ``params`` set; its storage URL without a
-    password, since runs save this config."""
-    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    if out.get("sweep") and out.sweep.get("storage"):
-        out.sweep.storage = masked(str(out.sweep.storage))
-    for path, value in settings(cfg, params).items():
-        OmegaConf.update(out, path, value, merge=False)
-    return out
 
 
 def trial_value(metrics: dict, task: str, n_val: int) -> float:
@@ -351,9 +238,11 @@ def fail_stale(study: optuna.Study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
-def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path) -> optuna.trial.FrozenTrial:
-    """Ask, train, tell: one trial, stored as complete or failed with its reason (Optuna's
-    ``optimize`` of one trial, which keeps the trial's heartbeat while it trains)."""
+def run_trial(
+    cfg: DictConfig, study: optuna.Study, space: dict, sweep_folder: Path
+) -> optuna.trial.FrozenTrial:
+    """Ask, train, tell: one trial into ``sweep_folder``'s ``trials/``, stored as complete or failed with its
+    reason (Optuna's ``optimize`` of one trial, which keeps the trial's heartbeat while it trains)."""
     numbers = []
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
@@ -370,7 +259,7 @@ def run_trial(cfg: DictConfig, study: optuna.Study, space: dict, trial_dir: Path
         applied = settings(cfg, params)
         if applied != params:  # shared or derived entries: record the config values the params stand for
             trial.set_user_attr(SETTINGS, applied)
-        out = trial_dir / f"trial_{trial.number:04d}"
+        out = layout.trial_dir(sweep_folder, trial.number)
         trial_cfg = apply(cfg, params)
         trial_cfg.trainer.progress_bar = False
         trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
@@ -415,8 +304,6 @@ def metrics_task(cfg: DictConfig) -> str:
 
 
 def _n_val(cfg: DictConfig) -> int:
-    from kcal.data.splits import split_sizes
-
     return split_sizes(get_spec(cfg.dataset.name).n_used)[1]
 
 
@@ -434,7 +321,7 @@ def no_usable_trial(study: optuna.Study) -> str:
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in COUNTED_FAILURES:
             failed.setdefault(t.user_attrs.get(STATUS, t.state.name.lower()), []).append(t)
-    dataset, objective = (study.study_name.split("__") + ["<dataset>", "<objective>"])[:2]
+    dataset, objective, *_ = layout.parse_study_name(study.study_name)
     if not failed:
         return (f"study {study.study_name!r} has no finished trial yet; run `python -m kcal.sweep dataset={dataset} "
                 f"objective={objective}` (with the same profile and root) first")  # fmt: skip
@@ -459,21 +346,21 @@ def overrides(trial: optuna.trial.FrozenTrial) -> list[str]:
             for k, v in trial.user_attrs.get(SETTINGS, trial.params).items()]  # fmt: skip
 
 
-def write_best(study: optuna.Study, sweep_dir: Path) -> Path:
+def write_best(study: optuna.Study, sweep_folder: Path) -> Path:
     """``best.json``: the selected trial; for a pareto study also ``front.json``, every front trial
     (selected one first) with its values by metric name, params, overrides and user attributes."""
     best = best_trial(study)
     info = {"study": study.study_name, "trial": best.number, "value": value_of(best), "params": best.params,
             "overrides": overrides(best), "user_attrs": best.user_attrs}  # fmt: skip
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    sweep_folder.mkdir(parents=True, exist_ok=True)
     if is_pareto(study):
         info = {"selection": "pareto", "metrics": study.metric_names, **info}
         rows = [{"trial": t.number, "values": dict(zip(study.metric_names, t.values, strict=True)),
                  "params": t.params, "overrides": overrides(t), "user_attrs": t.user_attrs}
                 for t in front(study)]  # fmt: skip
         record = {"study": study.study_name, "selected": best.number, "front": rows}
-        (sweep_dir / "front.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
-    path = sweep_dir / "best.json"
+        (sweep_folder / layout.FRONT_FILE).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    path = sweep_folder / layout.BEST_FILE
     path.write_text(json.dumps(info, indent=1, default=str) + "\n")
     return path
 
@@ -511,7 +398,7 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = search_space(cfg)
     study = open_checked_study(cfg)
-    trials_dir = sweep_dir(cfg)
+    folder = sweep_dir(cfg)
     n_trials = int(cfg.sweep.n_trials)
     tag = f"{cfg.dataset.name}/{cfg.objective.name}"
     if progress is None:
@@ -533,11 +420,11 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
             time.sleep(poll)
             continue
         waiting = False
-        trial = run_trial(cfg, study, space, trials_dir / "trials")
+        trial = run_trial(cfg, study, space, folder)
         now, _ = counted(study)
         progress.advance(max(0, min(now, n_trials) - finished), f"[{tag}] {trial_line(cfg, trial, study)}")
     if best_value(study) is not None:
-        write_best(study, trials_dir)
+        write_best(study, folder)
     return study
 
 

@@ -25,7 +25,8 @@ import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from kcal.progress import Progress
-from kcal.seeds import chunk_line, chunk_units, chunks, prepare, seed_dirs, summarize, train_seeds
+from kcal.search_space import search_space, train_rows
+from kcal.seeds import chunk_line, chunk_units, chunks, seed_dirs, seed_plan, summarize, train_seeds
 from kcal.sweep import (
     COUNTED_FAILURES,
     STATUS,
@@ -35,9 +36,7 @@ from kcal.sweep import (
     open_checked_study,
     open_study,
     run_trial,
-    search_space,
     sweep_dir,
-    train_rows,
     trial_line,
     write_best,
 )
@@ -108,7 +107,7 @@ def trial_task(cfg_container: dict, worker: int) -> tuple[str, int]:
     cfg = OmegaConf.create(cfg_container)
     cfg.sweep.worker = worker
     study = open_study(cfg)
-    trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg) / "trials")
+    trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg))
     counts = (
         trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
     )
@@ -154,7 +153,7 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
             for st in stages:
                 if st.study_key != key:
                     continue
-                base, pending = prepare(st.cfg)
+                base, pending = seed_plan(st.cfg)
                 base_c, cfg_c = OmegaConf.to_container(base), OmegaConf.to_container(st.cfg, resolve=True)
                 groups = chunks(st.cfg, pending)
                 chunks_left[id(st)] = len(groups)

@@ -1,21 +1,21 @@
 """Figures a reader looks at (matplotlib only; PNG and PDF), redrawn from existing results.
 
-* per run (:func:`draw_run_figures`, called by :func:`kcal.run.artifacts.finalize` when ``figures: true``):
-  PIT histogram + quantile calibration curve (regression) or reliability diagram (classification),
-  before and after post-hoc recalibration, into ``<run_dir>/figures/``;
+* per run (:func:`kcal.run.plots.draw_run_figures`, which :func:`kcal.run.artifacts.finalize` calls when
+  ``figures: true``; ``python -m kcal.figures run`` redraws them): PIT histogram + quantile calibration
+  curve (regression) or reliability diagram (classification), before and after post-hoc recalibration,
+  into ``<run_dir>/figures/``;
 * over a reproduction root (:func:`draw_reproduction`): DCE vs epoch on train/validation (paper Figures
   3 and 4) and per-dataset calibration comparisons, into ``<root>/figures/``;
-* local calibration maps (:func:`draw_local_maps`, from runs that :func:`kcal.run.local.train_local`
-  trains; paper §6.3 / Figure 2).
+* local calibration maps (:func:`draw_local_maps`, from runs that
+  :func:`kcal.local_calibration.train_local` trains; paper §6.3 / Figure 2).
 
 Command line: ``python -m kcal.figures {run,reproduction,local,all} ...`` (see ``--help``).
 Everything draws on :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot, no display).
 """
 
-from kcal.figures.common import MissingInputError
-from kcal.figures.local import draw_local_maps, local_map_data
-from kcal.figures.reproduction import aggregate_curves, draw_dce_curves, draw_reproduction, find_runs
-from kcal.figures.run import draw_run_figures
+from kcal.figures.local_maps import draw_local_maps, local_map_data
+from kcal.figures.reproduction import aggregate_curves, draw_dce_curves, draw_reproduction
+from kcal.plotting import MissingInputError
 
 __all__ = [
     "MissingInputError",
@@ -23,7 +23,5 @@ __all__ = [
     "draw_dce_curves",
     "draw_local_maps",
     "draw_reproduction",
-    "draw_run_figures",
-    "find_runs",
     "local_map_data",
 ]

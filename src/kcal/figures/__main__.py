@@ -7,8 +7,8 @@
     python -m kcal.figures all [<root>] [--local-root DIR]
 
 ``<root>`` is a ``kcal.reproduce`` output root, ``outputs/reproduce/<profile>`` (default
-``outputs/reproduce/full``); local-calibration runs live in ``outputs/local_calibration``. ``all`` is what
-``make figures`` runs: ``python -m kcal.figures all outputs/reproduce/$(PROFILE)``.
+``outputs/reproduce/full``); local-calibration runs live in ``outputs/local_calibration``
+(:mod:`kcal.layout`). ``all`` is what ``make figures`` runs: ``python -m kcal.figures all outputs/reproduce/$(PROFILE)``.
 
 Exit status 0 on success, 2 when an input is missing (the message names the command producing it).
 """
@@ -19,10 +19,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from kcal import layout
 from kcal.data import DatasetUnavailableError
-from kcal.figures.common import MissingInputError
+from kcal.figures.local_maps import draw_local_maps, train_command
+from kcal.figures.reproduction import draw_reproduction
+from kcal.local_calibration import LOCAL_DATASETS, LOCAL_OBJECTIVES, train_local
+from kcal.plotting import MissingInputError
+from kcal.run.plots import draw_run_figures
 
-DEFAULT_ROOT = Path("outputs/reproduce/full")  # kcal.reproduce: root = outputs/reproduce/<profile>
+DEFAULT_ROOT = layout.reproduce_root("full")
 
 
 def _print_paths(paths) -> None:
@@ -31,8 +36,6 @@ def _print_paths(paths) -> None:
 
 
 def _cmd_run(args) -> int:
-    from kcal.figures.run import draw_run_figures
-
     for d in args.run_dirs:
         if not Path(d).is_dir():
             raise MissingInputError(
@@ -43,16 +46,11 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduction(args) -> int:
-    from kcal.figures.reproduction import draw_reproduction
-
     _print_paths(draw_reproduction(args.root, runs_too=args.runs))
     return 0
 
 
 def _cmd_local(args) -> int:
-    from kcal.figures.local import draw_local_maps
-    from kcal.run.local import train_local
-
     if args.train:
         train_local(args.datasets, args.root, seed=args.seed, overrides=args.override or ())
     elif args.override:
@@ -69,12 +67,9 @@ def _cmd_local(args) -> int:
 
 
 def _cmd_all(args) -> int:
-    from kcal.figures.local import LOCAL_DATASETS, LOCAL_OBJECTIVES, draw_local_maps, train_command
-    from kcal.figures.reproduction import draw_reproduction
-
     _print_paths(draw_reproduction(args.root, runs_too=True))
     have = [ds for ds in LOCAL_DATASETS
-            if all((args.local_root / ds / o / "predictions.npz").is_file() for o in LOCAL_OBJECTIVES)]  # fmt: skip
+            if all((args.local_root / ds / o / layout.PREDICTIONS_FILE).is_file() for o in LOCAL_OBJECTIVES)]  # fmt: skip
     if have:
         _print_paths(draw_local_maps(args.local_root, have)[0])
     skipped = [ds for ds in LOCAL_DATASETS if ds not in have]
@@ -85,8 +80,6 @@ def _cmd_all(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kcal.figures.local import LOCAL_DATASETS, LOCAL_ROOT
-
     p = argparse.ArgumentParser(prog="python -m kcal.figures", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
@@ -103,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--train", action="store_true", help="train NLL and NLL + MMD (local) first (kcal.run.run)"
     )
     loc.add_argument("--datasets", nargs="+", default=list(LOCAL_DATASETS), choices=list(LOCAL_DATASETS))
-    loc.add_argument("--root", type=Path, default=LOCAL_ROOT, help=f"default {LOCAL_ROOT}")
+    loc.add_argument("--root", type=Path, default=layout.LOCAL_ROOT, help=f"default {layout.LOCAL_ROOT}")
     loc.add_argument("--seed", type=int, default=0)
     loc.add_argument("--override", "-o", action="append", metavar="KEY=VALUE",
                      help="extra Hydra override for training, repeatable (e.g. -o trainer.max_epochs=100)")  # fmt: skip
@@ -115,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "all", help="reproduction figures + every run's figures + local maps (if their runs exist)"
     )
     a.add_argument("root", nargs="?", type=Path, default=DEFAULT_ROOT, help=f"default {DEFAULT_ROOT}")
-    a.add_argument("--local-root", type=Path, default=LOCAL_ROOT, help=f"default {LOCAL_ROOT}")
+    a.add_argument("--local-root", type=Path, default=layout.LOCAL_ROOT, help=f"default {layout.LOCAL_ROOT}")
     a.set_defaults(func=_cmd_all)
     return p
 

@@ -20,14 +20,15 @@ config.yaml). Written to ``<root>/figures/``:
 from __future__ import annotations
 
 import csv
-import re
 import warnings
 from pathlib import Path
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from kcal.figures.common import (
+from kcal import layout
+from kcal.paper import PAPER_OBJECTIVES
+from kcal.plotting import (
     COLORS,
     LINESTYLES,
     MissingInputError,
@@ -39,14 +40,13 @@ from kcal.figures.common import (
     save_figure,
     task_of,
 )
-from kcal.figures.run import (
+from kcal.run.plots import (
     CURVE_LEVELS,
     classification_calibration,
     draw_run_figures,
     quantile_curve,
     regression_calibration,
 )
-from kcal.registry import PAPER_OBJECTIVES
 
 DCE_OBJECTIVES = PAPER_OBJECTIVES["regression"]
 DCE_METRICS = {"dce": "exact DCE (whole split)", "dce_official": "DCE, authors' curve (128-row batches)"}
@@ -55,21 +55,6 @@ PRODUCER = (
     "`python -m kcal.reproduce task=regression|classification profile=<profile>` (make reproduce-regression / "
     "reproduce-classification), whose root is outputs/reproduce/<profile>"
 )
-_SEED = re.compile(r"^seed(\d+)$")
-
-
-def find_runs(root: Path) -> dict[str, dict[str, list[Path]]]:
-    """``{dataset: {objective: [seed dirs sorted by k]}}`` for every ``<root>/*/*/seeds/seed<k>/``."""
-    root = Path(root)
-    out: dict[str, dict[str, list[Path]]] = {}
-    for seeds in sorted(root.glob("*/*/seeds")):
-        dirs = [d for d in seeds.iterdir() if d.is_dir() and _SEED.match(d.name)]
-        if dirs:
-            dataset, objective = seeds.parent.parent.name, seeds.parent.name
-            out.setdefault(dataset, {})[objective] = sorted(
-                dirs, key=lambda d: int(_SEED.match(d.name).group(1))
-            )
-    return out
 
 
 def read_history(path: Path) -> dict[str, np.ndarray]:
@@ -163,7 +148,7 @@ def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir:
     """Per objective, calibration before/after recalibration on the test split, over seeds."""
     per_obj: dict[str, list[dict]] = {}
     task = None
-    for obj in sorted((o for o in runs if "@" not in o), key=objective_sort_key):  # "obj@k=v": sweep variants
+    for obj in sorted((o for o in runs if not layout.is_variant(o)), key=objective_sort_key):
         for d in runs[obj]:
             if not (d / "predictions.npz").is_file() or not (d / "config.yaml").is_file():
                 continue  # diverged runs have no predictions
@@ -222,7 +207,7 @@ def draw_reproduction(
     root = Path(root)
     if not root.is_dir():
         raise MissingInputError(f"reproduction root {root} does not exist; it is produced by {PRODUCER}")
-    found = find_runs(root)
+    found = layout.seed_runs(root)
     if not found:
         raise MissingInputError(
             f"no runs under {root} (expected <root>/<dataset>/<objective>/seeds/seed<k>/history.csv); "

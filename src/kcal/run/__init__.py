@@ -5,14 +5,14 @@
   stopping and best-weights selection, divergence);
 * :mod:`kcal.run.engine`: the training loop, once, for K >= 1 members (steps, validation, the rules);
 * :mod:`kcal.run.module`: Lightning driving the engine one epoch per step (:func:`fit_members`);
-* :mod:`kcal.run.stacked`: K seeds of one config trained as one batched model (:func:`run_seeds`),
+* :mod:`kcal.run.stacked`: K seeds of one config trained as one batched model (:func:`train_stacked`),
   on the batched network of :mod:`kcal.run.stacked_net`;
 * :mod:`kcal.run.artifacts`: evaluation and what a run writes (metrics, history, predictions, figures);
-* :mod:`kcal.run.single`: one run (:func:`run`) and the members of a chunk (:func:`train_members`);
-* :mod:`kcal.run.local`: the local-calibration experiment's runs.
+* :mod:`kcal.run.plots`: a run's own figures (calibration curves, reliability diagrams);
+* :mod:`kcal.run.single`: one run (:func:`run`) and the members of a chunk (:func:`train_members`).
 """
 
 from kcal.run.single import run
-from kcal.run.stacked import run_seeds
+from kcal.run.stacked import train_stacked
 
-__all__ = ["run", "run_seeds"]
+__all__ = ["run", "train_stacked"]

@@ -6,7 +6,7 @@
 * ``run.json``: timings, device, versions, data sources;
 * ``history.csv``: one row per epoch (:func:`write_history`);
 * ``predictions.npz``: val/test predictions, so figures can be redrawn without training;
-* ``figures/``: per-run figures when ``figures: true`` (:func:`kcal.figures.draw_run_figures`);
+* ``figures/``: per-run figures when ``figures: true`` (:func:`kcal.run.plots.draw_run_figures`);
 * ``checkpoints/best.pt``: the best weights' ``state_dict`` when ``save_checkpoint`` (:func:`save_state`).
 """
 
@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from kcal import seeding
+from kcal import layout, random_streams
 from kcal.data.dataset import DatasetSplits
 from kcal.evaluation import (
     classification_predictions,
@@ -32,6 +32,7 @@ from kcal.evaluation import (
     regression_predictions,
 )
 from kcal.run.module import FitResult
+from kcal.run.plots import draw_run_figures
 from kcal.run.setup import Prepared
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 
 def save_config(cfg: DictConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, out / "config.yaml", resolve=True)
+    OmegaConf.save(cfg, out / layout.CONFIG_FILE, resolve=True)
 
 
 def save_predictions(preds: dict[str, torch.Tensor], path: Path) -> None:
@@ -67,13 +68,11 @@ def write_history(history: list[dict], path: Path) -> None:
 
 
 def draw_figures(out: Path, cfg: DictConfig, seed: int) -> None:
-    """Per-run figures (:mod:`kcal.figures`); a figure error is logged, it never fails the run."""
+    """Per-run figures (:mod:`kcal.run.plots`); a figure error is logged, it never fails the run."""
     try:
-        from kcal.figures import draw_run_figures
-
         draw_run_figures(out, config=cfg, seed=seed)
     except Exception as exc:  # noqa: BLE001
-        log.warning("kcal.figures failed for %s: %r", out, exc)
+        log.warning("per-run figures failed for %s: %r", out, exc)
 
 
 def evaluate(prep: Prepared, model: torch.nn.Module, seed: int) -> tuple[dict, dict]:
@@ -84,7 +83,7 @@ def evaluate(prep: Prepared, model: torch.nn.Module, seed: int) -> tuple[dict, d
     if prep.task == "regression":
         preds = regression_predictions(model, on_device)
         values = evaluate_regression(model, on_device, prep.recalibrator, prep.threshold,
-                                     seeding.eval_seed(seed), preds)  # fmt: skip
+                                     random_streams.eval_seed(seed), preds)  # fmt: skip
     else:
         preds = classification_predictions(model, on_device)
         values = evaluate_classification(model, on_device, prep.recalibrator, cfg.objective.name, preds)
@@ -104,7 +103,7 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
         metrics |= {"status": "diverged", "epoch": epoch}
     else:
         values, preds = evaluate(prep, model, seed)
-        save_predictions(preds, out / "predictions.npz")
+        save_predictions(preds, out / layout.PREDICTIONS_FILE)
         if cfg.get("figures", False):
             draw_figures(out, cfg, seed)
         values |= {f"{k}_best": v for k, v in result.best.items()}
@@ -127,6 +126,7 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
 
 def write_metrics(metrics: dict, out: Path) -> None:
     """``metrics.json``, atomically (its presence marks a finished run; seed reruns skip such runs)."""
-    tmp = out / "metrics.json.tmp"
+    path = layout.metrics_file(out)
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
-    tmp.replace(out / "metrics.json")
+    tmp.replace(path)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from kcal import seeding
+from kcal import random_streams as seeding
 from kcal.objectives import Objective
 from kcal.run import setup
 from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests

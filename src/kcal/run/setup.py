@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from kcal import seeding
+from kcal import random_streams
 from kcal.configs import CONFIG_DIR
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
@@ -195,8 +195,8 @@ def model_factory(prep: Prepared):
 
 
 def build(prep: Prepared, seed: int) -> torch.nn.Module:
-    """The network with seed ``seed``'s initial weights (see :mod:`kcal.seeding`)."""
-    return seeding.init_with_seed(seed, model_factory(prep))
+    """The network with seed ``seed``'s initial weights (see :mod:`kcal.random_streams`)."""
+    return random_streams.init_with_seed(seed, model_factory(prep))
 
 
 def device(cfg: DictConfig) -> torch.device:

@@ -1,7 +1,7 @@
 """Train K seeds of one configuration at once, as one batched model, each member as if alone.
 
-    from kcal.run.stacked import run_seeds
-    metrics = run_seeds(cfg, seeds=[0, 1, 2], out_dirs=[Path("s0"), Path("s1"), Path("s2")])
+    from kcal.run.stacked import train_stacked
+    metrics = train_stacked(cfg, seeds=[0, 1, 2], out_dirs=[Path("s0"), Path("s1"), Path("s2")])
 
 The networks are tiny MLPs, so a single run is dominated by per-step overhead (Python, kernel
 launches). Here the K members' weights are stacked along a leading dimension and each training step
@@ -10,7 +10,7 @@ runs every layer once for all members (``baddbmm``/``bmm`` for linear layers; Ba
 one every run uses (:mod:`kcal.run.engine`, driven by Lightning in :mod:`kcal.run.module`); this
 module splits the seeds into chunks and writes each member's files.
 
-**Equivalence.** Member k reproduces ``kcal.run.run`` with ``seed=k`` (see :mod:`kcal.seeding`): its
+**Equivalence.** Member k reproduces ``kcal.run.run`` with ``seed=k`` (see :mod:`kcal.random_streams`): its
 initial weights come from ``kcal.run.setup.build(prep, k)``; its batch order from its own generator seeded
 ``shuffle_seed(k)`` (one ``randperm`` per epoch, as :class:`kcal.data.batches.TensorBatches`); its MMD
 forecast draws from its own generator seeded ``noise_seed(k)`` with exactly the call that
@@ -46,7 +46,7 @@ Each member writes what ``kcal.run.run`` writes (:mod:`kcal.run.artifacts`), exc
 (``history.csv`` holds the same per-epoch values).
 
 Under ``dataset.protocol=clean`` the data split (and so ``median`` bandwidths and the decision threshold)
-depends on the seed, so members would not share their data: ``run_seeds`` then falls back to sequential
+depends on the seed, so members would not share their data: ``train_stacked`` then falls back to sequential
 ``kcal.run.run`` calls, as it does for a model it cannot stack.
 """
 
@@ -66,7 +66,7 @@ from kcal.run.stacked_net import STACKABLE
 log = logging.getLogger(__name__)
 
 
-def run_seeds(cfg: DictConfig, seeds: list[int], out_dirs: list[Path], chunk_size: int | None = None,
+def train_stacked(cfg: DictConfig, seeds: list[int], out_dirs: list[Path], chunk_size: int | None = None,
               progress: bool = True) -> list[dict]:  # fmt: skip
     """Train ``cfg`` once per seed and write, for each, what ``kcal.run.run`` writes.
 
