@@ -92,7 +92,7 @@ def test_a_run_that_keeps_its_best_weights_in_memory_gives_the_same_results(over
     """Sweep trials skip the checkpoint file and Lightning's CSV log; nothing they report changes."""
     full = cfg_for(*overrides, "trainer.max_epochs=5", "trainer.patience=2")
     lean = cfg_for(*overrides, "trainer.max_epochs=5", "trainer.patience=2")
-    lean.save_checkpoint, lean.trainer.csv_log = False, False
+    lean.save_checkpoint, lean.logger = False, None
     run(full, tmp_path / "full")
     run(lean, tmp_path / "lean")
     for name in ("metrics.json", "history.csv"):
@@ -148,3 +148,22 @@ def test_cli_single_run_multirun_and_config_error(tmp_path):
     assert len(list(Path(tmp_path / "many").glob("*/metrics.json"))) == 2
     bad = _cli(*REGRESSION, "trainer.batch_size=100000", f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path)
     assert bad.returncode == 2 and "config error" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_logger_group_sends_epoch_values_to_tensorboard_or_nowhere(tmp_path):
+    """logger=tensorboard: Lightning's TensorBoardLogger gets one point per epoch of each value that
+    history.csv holds; ~logger (Hydra's delete): no Lightning log at all; history.csv is the same in both."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    overrides = [*CLASSIFICATION, "objective=xe", "trainer.max_epochs=3", "trainer.min_epochs=3"]
+    run(cfg_for(*overrides, "logger=tensorboard"), tmp_path / "tb")
+    run(cfg_for(*overrides, "~logger"), tmp_path / "none")
+    events = EventAccumulator(str(tmp_path / "tb" / "tensorboard")).Reload()
+    with open(tmp_path / "tb" / "history.csv") as f:
+        history = list(csv.DictReader(f))
+    assert [e.value for e in events.Scalars("val/loss")] == pytest.approx(
+        [float(r["val/loss"]) for r in history]
+    )
+    assert not (tmp_path / "tb" / "csv").exists()
+    assert not (tmp_path / "none" / "csv").exists() and not (tmp_path / "none" / "tensorboard").exists()
+    assert (tmp_path / "tb" / "history.csv").read_bytes() == (tmp_path / "none" / "history.csv").read_bytes()

@@ -45,7 +45,7 @@ SEEDS_FILE = layout.FINGERPRINT_FILE
 NOT_SHAPING = (  # config keys (and everything under them) that change no number of a run
     "seed", "root", "profile_name", "task", "hydra", "reproduce", "seeds", "seeds_run", "hparams_search",
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
-    "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "trainer.csv_log",
+    "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "logger",
     "figures", "save_checkpoint",
 )  # fmt: skip
 LEFT_OUT_AT = {"sweep.selection": "paper"}  # config key -> the value at which the fingerprint leaves it out

@@ -264,7 +264,7 @@ def run_trial(
         trial_cfg.trainer.progress_bar = False
         trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
         trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
-        trial_cfg.trainer.csv_log = False  # Lightning's csv/metrics.csv repeats history.csv
+        trial_cfg.logger = None  # a Lightning logger would repeat history.csv
         trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
         trial.set_user_attr("run_dir", str(out))
         try:

@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import hydra
 import pytorch_lightning as pl
 import torch
 
@@ -75,8 +76,9 @@ def fit_members(prep: Prepared, members: list[Member], device: torch.device, out
                 progress: bool = False) -> tuple[Engine, float]:  # fmt: skip
     """Train ``members`` under a Lightning ``Trainer``; return the engine and the training seconds.
 
-    With one member and ``trainer.csv_log``, Lightning's CSV logger writes ``out/csv/metrics.csv``; a
-    terminal shows an epoch bar when ``progress`` (several members) or ``trainer.progress_bar``."""
+    With one member and a ``logger`` config (``configs/logger/``: Lightning's CSV logger writes
+    ``out/csv/metrics.csv`` by default, ``logger=tensorboard`` ``out/tensorboard/``), its epoch values go to
+    that logger; a terminal shows an epoch bar when ``progress`` (several members) or ``trainer.progress_bar``."""
     from tqdm.auto import tqdm
 
     cfg = prep.cfg
@@ -89,8 +91,8 @@ def fit_members(prep: Prepared, members: list[Member], device: torch.device, out
     # disable=None: tqdm draws only on a terminal; in a log file the per-chunk progress line reports
     bar = tqdm(total=int(cfg.trainer.max_epochs), desc=label, disable=None if show else True, leave=False,
                unit="epoch")  # fmt: skip
-    log_values = single and out is not None and bool(cfg.trainer.get("csv_log", True))
-    logger = pl.loggers.CSVLogger(out, name="csv", version="") if log_values else False
+    log_values = single and out is not None and cfg.get("logger") is not None
+    logger = hydra.utils.instantiate(cfg.logger, save_dir=str(out)) if log_values else False
     trainer = pl.Trainer(
         accelerator=cfg.trainer.accelerator, devices=1, max_epochs=int(cfg.trainer.max_epochs),
         logger=logger, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
