@@ -18,26 +18,13 @@ from kcal.kernels import median_heuristic
 from kcal.metrics import classification as cm
 from kcal.metrics import official as om
 from kcal.metrics import regression as rm
-from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator
+from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator, resolve_recalibrator
 
-RECALIBRATORS = {
-    "regression": ("auto", "none", "isotonic", "conformal"),
-    "classification": ("auto", "none", "temperature"),
-}
-AUTO_RECALIBRATOR = {"regression": "conformal", "classification": "temperature"}
 OFFICIAL_REGRESSION_BATCH = 128
 OFFICIAL_CLASSIFICATION_BATCH = 8
 MAX_KCE_BANDWIDTH_ROWS = (
     1000  # the median heuristic of the KCE x-kernel and of configs' `median` uses these first rows
 )
-
-
-def resolve_recalibrator(name: str, task: str) -> str:
-    if name not in RECALIBRATORS[task]:
-        raise ValueError(
-            f"recalibrator {name!r} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
-        )
-    return AUTO_RECALIBRATOR[task] if name == "auto" else name
 
 
 @torch.no_grad()
@@ -141,14 +128,14 @@ def official_objective_name(objective: str) -> str:
     return objective if objective in ("xe", "xe_mmce", "xe_kde") else "xe"
 
 
-def classification_exact(probs, y, x, bandwidth_x: float, bandwidth_y: float) -> dict:
+def classification_exact(probs, y, x, bandwidth_z: float, bandwidth_y: float) -> dict:
     return {
         "acc": cm.accuracy(probs, y),
         "ece": cm.ece(probs, y),
         "classwise_ece": cm.classwise_ece(probs, y),
         "entropy": cm.entropy(probs),
         "nll": torch.nn.functional.nll_loss(torch.log(probs.clamp_min(1e-12)), y),
-        "kce": cm.kce(probs, y, x, bandwidth_z=bandwidth_x, bandwidth_y=bandwidth_y),
+        "kce": cm.kce(probs, y, x, bandwidth_z=bandwidth_z, bandwidth_y=bandwidth_y),
     }
 
 

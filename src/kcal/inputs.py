@@ -11,7 +11,9 @@ refuse bad input with the same one-line messages:
 * :func:`as_forecast` — any forecast object with ``cdf``/``log_prob``/``icdf`` (a pair becomes a
   ``Normal``);
 * :func:`reject_former_order` — the one rule for calls in the former order ``f(mean, std, y)``: a
-  one-line ``TypeError`` saying to pass ``(mean, std)`` as one forecast.
+  one-line ``TypeError`` saying to pass ``(mean, std)`` as one forecast;
+* :func:`check_weight`, :func:`check_bandwidths` — a regulariser's weight (finite, >= 0) and the
+  bandwidths among an objective's parameters (> 0), for the objectives and the run's config checks.
 
 Value checks that need the data on the host (sums, label range) run only when ``validate_args`` is true
 (the default) and never inside ``torch.func`` transforms; training loops pass ``validate_args=False`` to
@@ -19,6 +21,9 @@ avoid a device-to-host synchronisation per step.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -29,7 +34,9 @@ __all__ = [
     "TASKS",
     "as_forecast",
     "as_vector",
+    "check_bandwidths",
     "check_probs",
+    "check_weight",
     "functorch_active",
     "gaussian_params",
     "reject_former_order",
@@ -137,6 +144,25 @@ def reject_former_order(forecast, caller: str) -> None:
             f"{caller}: pass (mean, std) as one forecast, {caller}((mean, std), y, ...), "
             f"not {caller}(mean, std, y, ...)"
         )
+
+
+def check_weight(name: str, value) -> float:
+    """``value`` as a float when it is a finite number >= 0 (a regulariser's weight); else ``ValueError``
+    naming ``name``."""
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value:g}")
+    return value
+
+
+def check_bandwidths(params: Mapping, prefix: str = "") -> None:
+    """Raise ``ValueError`` naming ``prefix + key`` for a number <= 0 under a key that names a bandwidth
+    (symbolic values such as ``median`` are resolved elsewhere)."""
+    for key, value in params.items():
+        if "bandwidth" in key and isinstance(value, int | float) and value <= 0:
+            raise ValueError(f"{prefix}{key} must be > 0, got {value}")
 
 
 def reject_renamed(former: str, name: str, value) -> None:

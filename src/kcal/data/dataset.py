@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from kcal.data.parsers import PARSERS
-from kcal.data.preprocessing import OFFICIAL_SPLIT_SEED, check_protocol, fit_normalisation
+from kcal.data.preprocessing import fit_normalisation, protocol_of
 from kcal.data.registry import get_spec
 from kcal.data.sources import cache_dir, locate
 from kcal.data.splits import split_indices
@@ -86,13 +86,13 @@ def load(name: str, protocol: str = "official", seed: int = 0, download: bool = 
     full-dataset statistics; ``protocol="clean"`` splits with ``seed`` and fits statistics on train.
     See :mod:`kcal.data.preprocessing`.
     """
-    check_protocol(protocol)
+    rules = protocol_of(protocol)
     spec = get_spec(name)
     x, y, n_raw, sources = parsed_arrays(name, download)
     regression = not spec.is_classification
-    split_seed = OFFICIAL_SPLIT_SEED if protocol == "official" else seed
+    split_seed = rules.split_seed(seed)
     idx_train, idx_val, idx_test = (i.numpy() for i in split_indices(len(y), split_seed))
-    fit_rows = slice(None) if protocol == "official" else idx_train
+    fit_rows = slice(None) if rules.full_data_statistics else idx_train
     norm = fit_normalisation(x[fit_rows], y[fit_rows], regression, protocol)
     xn = norm.features(x)
     yn = norm.target(y).astype(np.float32) if regression else y.astype(np.int64)

@@ -15,9 +15,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PROTOCOLS = ("official", "clean")
 OFFICIAL_SPLIT_SEED = 1
 STD_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What a preprocessing protocol decides; every ``protocol == ...`` question is one of these fields."""
+
+    name: str
+    fixed_split: bool  # every seed trains on the split of OFFICIAL_SPLIT_SEED (else the run's seed splits)
+    full_data_statistics: bool  # normalisation statistics from every row (else from the training rows)
+    median_centred_target: bool  # regression target centred on the median, not scaled (else standardised)
+
+    def split_seed(self, seed: int) -> int:
+        return OFFICIAL_SPLIT_SEED if self.fixed_split else int(seed)
+
+
+PROTOCOLS = {
+    "official": Protocol("official", fixed_split=True, full_data_statistics=True, median_centred_target=True),
+    "clean": Protocol("clean", fixed_split=False, full_data_statistics=False, median_centred_target=False),
+}
 
 
 @dataclass(frozen=True)
@@ -36,19 +54,21 @@ class Normalisation:
         return (y - self.y_center) / self.y_scale
 
 
-def check_protocol(protocol: str) -> None:
+def protocol_of(protocol: str) -> Protocol:
+    """The :class:`Protocol` named ``protocol``; ``ValueError`` for an unknown name."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[protocol]
 
 
 def fit_normalisation(x: np.ndarray, y: np.ndarray, regression: bool, protocol: str) -> Normalisation:
     """Statistics from the rows given (all rows for ``official``, training rows for ``clean``)."""
-    check_protocol(protocol)
+    rules = protocol_of(protocol)
     mean, std = x.mean(axis=0), x.std(axis=0)
     std = np.where(std > STD_EPS, std, 0.0)
     if not regression:
         return Normalisation(mean, std, 0.0, 1.0)
-    if protocol == "official":
+    if rules.median_centred_target:
         return Normalisation(mean, std, float(np.median(y)), 1.0)
     y_std = float(y.std())
     return Normalisation(mean, std, float(y.mean()), y_std if y_std > STD_EPS else 1.0)

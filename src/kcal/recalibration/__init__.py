@@ -1,4 +1,9 @@
-"""Post-hoc recalibration: quantile maps for regression, temperature scaling for classification."""
+"""Post-hoc recalibration: quantile maps for regression, temperature scaling for classification.
+
+The names a run's ``recalibrator`` may take are those of :data:`QUANTILE_RECALIBRATORS` (regression) and
+:data:`CLASS_RECALIBRATORS` (classification), plus ``auto``, the task's default (:data:`AUTO_RECALIBRATOR`):
+:data:`RECALIBRATORS` lists them per task and :func:`resolve_recalibrator` checks and resolves one.
+"""
 
 from kcal.recalibration.quantile import (
     DEFAULT_SLOPE_FLOOR,
@@ -21,7 +26,27 @@ from kcal.recalibration.temperature import (
     make_class_recalibrator,
 )
 
+AUTO_RECALIBRATOR = {"regression": "conformal", "classification": "temperature"}
+RECALIBRATORS = {
+    "regression": ("auto", *QUANTILE_RECALIBRATORS),
+    "classification": ("auto", *CLASS_RECALIBRATORS),
+}
+
+
+def resolve_recalibrator(name: str, task: str) -> str:
+    """The recalibrator ``name`` stands for on ``task`` (``auto``: the task's default); ``ValueError`` for a
+    name that does not apply to the task."""
+    if name not in RECALIBRATORS[task]:
+        raise ValueError(
+            f"recalibrator {name!r} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
+        )
+    return AUTO_RECALIBRATOR[task] if name == "auto" else name
+
+
 __all__ = [
+    "AUTO_RECALIBRATOR",
+    "RECALIBRATORS",
+    "resolve_recalibrator",
     "DEFAULT_SLOPE_FLOOR",
     "ICDF_LEVEL_CLAMP",
     "QUANTILE_RECALIBRATORS",

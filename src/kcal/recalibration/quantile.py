@@ -414,9 +414,9 @@ class ConformalQuantileRecalibrator(QuantileRecalibrator):
 
 
 QUANTILE_RECALIBRATORS: dict[str, type[QuantileRecalibrator]] = {
+    "none": IdentityQuantileRecalibrator,
     "isotonic": IsotonicQuantileRecalibrator,
     "conformal": ConformalQuantileRecalibrator,
-    "none": IdentityQuantileRecalibrator,
 }
 
 

@@ -21,7 +21,6 @@ import torch
 from omegaconf import DictConfig
 from torch.distributions import Normal
 
-from kcal.evaluation import resolve_recalibrator
 from kcal.metrics import classification as cm
 from kcal.metrics import regression as rm
 from kcal.plotting import (
@@ -32,7 +31,7 @@ from kcal.plotting import (
     save_figure,
     task_of,
 )
-from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator
+from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator, resolve_recalibrator
 
 N_BINS = 20
 CURVE_LEVELS = np.linspace(0.0, 1.0, 201)

@@ -9,7 +9,7 @@ naming the key, and resolves the config's symbolic values in one place:
 * ``objective.bandwidth_z_phi`` (local calibration) -> ``objective.params.bandwidth_z`` from the rows'
   ``params.features`` columns only (``median``) or the number given;
 * ``objective.params.threshold: auto`` -> the decision threshold;
-* ``recalibrator: auto`` -> the task's default (:func:`kcal.evaluation.resolve_recalibrator`).
+* ``recalibrator: auto`` -> the task's default (:func:`kcal.recalibration.resolve_recalibrator`).
 
 The training loop (:mod:`kcal.run.engine`) starts from the :class:`Prepared` it
 returns, so a single run and a stacked member see the same objective, threshold and data.
@@ -28,11 +28,14 @@ from kcal import random_streams
 from kcal.configs import CONFIG_DIR
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
+from kcal.data.preprocessing import protocol_of
 from kcal.errors import ConfigError
-from kcal.evaluation import MAX_KCE_BANDWIDTH_ROWS, RECALIBRATORS, resolve_recalibrator
+from kcal.evaluation import MAX_KCE_BANDWIDTH_ROWS
+from kcal.inputs import check_bandwidths, check_weight
 from kcal.kernels import median_heuristic
 from kcal.models import build_model
 from kcal.objectives import Objective
+from kcal.recalibration import RECALIBRATORS, resolve_recalibrator
 
 #: objective params that must be numbers once resolved (``median``/``auto`` are resolved first)
 NUMERIC_PARAMS = ("bandwidth_z", "bandwidth_y", "threshold")
@@ -87,14 +90,16 @@ def validate(cfg: DictConfig, data: DatasetSplits) -> str:
         (t.patience >= 1, f"trainer.patience must be >= 1, got {t.patience}"),
         (t.gradient_clip_val is None or t.gradient_clip_val > 0, f"trainer.gradient_clip_val must be > 0 or null, got {t.gradient_clip_val}"),
         (all(int(w) >= 1 for w in cfg.model.widths), f"model.widths must all be >= 1, got {list(cfg.model.widths)}"),
-        (cfg.objective.weight >= 0, f"objective.weight must be >= 0, got {cfg.objective.weight}"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
+    try:
+        check_weight("objective.weight", cfg.objective.weight)
+        check_bandwidths(cfg.objective.params, prefix="objective.params.")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     for key, value in cfg.objective.params.items():
-        if "bandwidth" in key and isinstance(value, int | float) and value <= 0:
-            raise ConfigError(f"objective.params.{key} must be > 0, got {value}")
         if key == "num_samples" and value < 1:
             raise ConfigError(f"objective.params.num_samples must be >= 1, got {value}")
     return resolve_recalibrator(cfg.recalibrator.name, task)
@@ -105,8 +110,13 @@ def decision_threshold(cfg: DictConfig, data: DatasetSplits) -> float:
     if data.info.task != "regression":
         return 0.0
     if cfg.decision_threshold == "median":
-        # official targets are centred on the full-dataset median, so c = 0 exactly
-        return 0.0 if data.info.protocol == "official" else float(data.train.y.median())
+        # a target centred on the full-dataset median has c = 0 exactly
+        rules = protocol_of(data.info.protocol)
+        return (
+            0.0
+            if rules.median_centred_target and rules.full_data_statistics
+            else float(data.train.y.median())
+        )
     return float(cfg.decision_threshold)
 
 

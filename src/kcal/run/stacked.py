@@ -58,6 +58,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
+from kcal.data.preprocessing import protocol_of
 from kcal.run import setup
 from kcal.run.setup import prepare
 from kcal.run.single import run, train_members
@@ -115,7 +116,7 @@ def member_config(cfg: DictConfig, seed: int) -> DictConfig:
 
 def sequential_reason(cfg: DictConfig) -> str | None:
     """Why ``cfg``'s seeds cannot be stacked (None: they can)."""
-    if cfg.dataset.protocol != "official":
+    if not protocol_of(cfg.dataset.protocol).fixed_split:
         # the split, the normalisation statistics, 'median' bandwidths and the decision threshold all
         # depend on the seed: the members would not share their data, so there is nothing to batch
         return f"dataset.protocol={cfg.dataset.protocol}: the data split depends on the seed"
