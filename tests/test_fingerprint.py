@@ -40,9 +40,9 @@ def test_seed_rerun_with_another_config_is_refused_unless_overwritten(tmp_path):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from kcal.seeds import run_seeds
 
-        run_seeds(compose("seeds", overrides=[*base, "seeds.n_seeds=1"]))
+        run_seeds(compose("seeds", overrides=[*base, "seeds_run.n_seeds=1"]))
         assert (tmp_path / "crime" / "nll" / "fingerprint.json").is_file()
-        other = [*base, "seeds.n_seeds=2", "trainer.max_epochs=2", "dataset.protocol=clean"]
+        other = [*base, "seeds_run.n_seeds=2", "trainer.max_epochs=2", "dataset.protocol=clean"]
         with pytest.raises(FingerprintMismatch) as err:
             run_seeds(compose("seeds", overrides=other))
         msg = str(err.value)

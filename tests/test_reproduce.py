@@ -138,13 +138,13 @@ def test_seed_rerun_resumes_without_recomputing_finished_seeds(tmp_path):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from kcal.seeds import run_seeds
 
-        run_seeds(compose("seeds", overrides=[*base, "seeds.n_seeds=2", "seeds_run.vectorized=false"]))
+        run_seeds(compose("seeds", overrides=[*base, "seeds_run.n_seeds=2", "seeds_run.vectorized=false"]))
         seeds_dir = tmp_path / "crime" / "nll" / "seeds"
         before = {p: p.stat().st_mtime_ns for p in seeds_dir.glob("seed*/metrics.json")}
         assert len(before) == 2
         (seeds_dir / "seed1" / "metrics.json").unlink()  # as if killed while seed 1 was training
         summary = run_seeds(
-            compose("seeds", overrides=[*base, "seeds.n_seeds=3", "seeds_run.vectorized=false"])
+            compose("seeds", overrides=[*base, "seeds_run.n_seeds=3", "seeds_run.vectorized=false"])
         )
     assert (seeds_dir / "seed0" / "metrics.json").stat().st_mtime_ns == before[
         seeds_dir / "seed0" / "metrics.json"
@@ -217,7 +217,7 @@ def test_seed_reruns_are_bit_identical_on_one_or_two_jobs(tmp_path):
 
         for jobs in (1, 2):
             root = tmp_path / f"jobs{jobs}"
-            user = [*SMOKE, "sweep.n_trials=1", "seeds.n_seeds=2", f"root={root}"]
+            user = [*SMOKE, "sweep.n_trials=1", "seeds_run.n_seeds=2", f"root={root}"]
             reproduce(compose("reproduce", overrides=[*user, *own, f"reproduce.jobs={jobs}"]), user)
             metrics[jobs] = {k: (root / "breast-cancer" / "xe" / "seeds" / f"seed{k}" / "metrics.json").read_text()
                              for k in range(2)}  # fmt: skip

@@ -31,7 +31,7 @@ def state_cmd(*args) -> list[str]:
 
 def reproduce_in(root: Path, n_trials: int, n_seeds: int) -> None:
     """``python -m kcal.reproduce`` of crime / NLL in this process (one job, no tables)."""
-    user = [*SMOKE, f"root={root}", f"sweep.n_trials={n_trials}", f"seeds.n_seeds={n_seeds}"]
+    user = [*SMOKE, f"root={root}", f"sweep.n_trials={n_trials}", f"seeds_run.n_seeds={n_seeds}"]
     own = ["task=regression", "reproduce.datasets=[crime]", "reproduce.objectives=[nll]", "reproduce.jobs=1",
            "reproduce.tables=false"]  # fmt: skip
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

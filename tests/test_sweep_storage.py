@@ -189,7 +189,7 @@ def test_a_password_in_the_storage_url_is_never_written_or_printed(tmp_path, pos
     succeeds only if the password reaches every process; no file of the run and no line it prints holds it."""
     cmd = [sys.executable, "-m", "kcal.reproduce", "task=regression", "reproduce.datasets=[crime]",
            "reproduce.objectives=[nll]", "reproduce.jobs=2", "reproduce.tables=false", *SMOKE, f"root={tmp_path}",
-           "sweep.n_trials=2", "seeds.n_seeds=2", f"sweep.storage={postgres_password_url}"]  # fmt: skip
+           "sweep.n_trials=2", "seeds_run.n_seeds=2", f"sweep.storage={postgres_password_url}"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:].replace(SECRET, "***")
     assert SECRET not in done.stdout + done.stderr

@@ -5,7 +5,7 @@ A fingerprint is a flat ``{key: value}`` dict of
 
 * the resolved config, minus what does not change a number: the seed (each trial and seed has its
   own), where results go (``root``, storage, study name, labels), how much is run (``sweep.n_trials``,
-  ``seeds.n_seeds``, the stages of ``reproduce``), how it is run (worker index, threads, batched or
+  ``seeds_run.n_seeds``, the stages of ``reproduce``), how it is run (worker index, threads, batched or
   one-by-one seeds, which are bit-identical), and what else is written (progress bars, figures,
   per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it holds that value
   (``sweep.selection: paper``, so studies made before the key existed keep their fingerprints).
@@ -43,7 +43,7 @@ from kcal.search_space import search_space
 STUDY_ATTR = "kcal_fingerprint"
 SEEDS_FILE = layout.FINGERPRINT_FILE
 NOT_SHAPING = (  # config keys (and everything under them) that change no number of a run
-    "seed", "root", "profile_name", "task", "hydra", "reproduce", "seeds", "seeds_run", "hparams_search",
+    "seed", "root", "profile_name", "task", "hydra", "reproduce", "seeds_run", "hparams_search",
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
     "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "logger",
     "figures", "save_checkpoint",

@@ -1,7 +1,7 @@
 """Rerun the sweep's best configuration over seeds and aggregate:
 ``python -m kcal.seeds dataset=crime objective=nll_mmd``.
 
-Seeds ``0 .. seeds.n_seeds-1`` each get ``<root>/<dataset>/<label>/seeds/seed<k>/`` with the files of
+Seeds ``0 .. seeds_run.n_seeds-1`` each get ``<root>/<dataset>/<label>/seeds/seed<k>/`` with the files of
 a :mod:`kcal.train` run; a seed whose ``metrics.json`` exists is skipped, so an interrupted rerun
 resumes. By default the pending seeds are trained together as one vectorised model
 (:mod:`kcal.run.stacked`, ``seeds_run.vectorized=false`` trains them one by one). The per-seed results
@@ -49,7 +49,7 @@ def label_dir(cfg: DictConfig) -> Path:
 
 
 def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
-    return {k: layout.seed_dir(label_dir(cfg), k) for k in range(int(cfg.seeds.n_seeds))}
+    return {k: layout.seed_dir(label_dir(cfg), k) for k in range(int(cfg.seeds_run.n_seeds))}
 
 
 def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
@@ -123,7 +123,7 @@ def summarize(cfg: DictConfig) -> pd.DataFrame:
 def chunk_line(cfg: DictConfig, seeds: list[int], seconds: float) -> str:
     """``[crime/nll] seeds 0-49 done in 310 s``."""
     span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
-    return f"[{cfg.dataset.name}/{cfg.seeds_run.label}] {span} of {cfg.seeds.n_seeds} done in {seconds:.0f} s"
+    return f"[{cfg.dataset.name}/{cfg.seeds_run.label}] {span} of {cfg.seeds_run.n_seeds} done in {seconds:.0f} s"
 
 
 def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame:
