@@ -116,7 +116,8 @@ def parse_study_name(name: str) -> StudyName:
     """The parts of ``<dataset>__<objective>__<space>[__<selection>]``; a name of fewer parts (one given
     as ``sweep.study_name``) gives ``<dataset>`` / ``<objective>`` / None for the parts it lacks."""
     parts = name.split(SEP)
-    dataset, objective = (parts + ["<dataset>", "<objective>"])[:2]
+    dataset = parts[0] or "<dataset>"
+    objective = parts[1] if len(parts) > 1 else "<objective>"
     space = parts[2] if len(parts) > 2 else None
     selection = parts[3] if len(parts) > 3 else PAPER_SELECTION
     return StudyName(dataset, objective, space, selection)
