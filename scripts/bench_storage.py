@@ -29,7 +29,7 @@ def make_storage(backend: str, path: Path):
     if backend == "sqlite-kcal":
         from omegaconf import OmegaConf
 
-        from kcal.sweep import open_storage
+        from kcal.studies import open_storage
 
         cfg = OmegaConf.create({"sweep": {"storage": f"sqlite:///{path}.db", "heartbeat_interval": 60,
                                           "grace_period": None, "max_retry": 2}})  # fmt: skip

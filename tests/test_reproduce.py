@@ -32,7 +32,7 @@ FAST_HEARTBEAT = ["sweep.heartbeat_interval=1", "sweep.grace_period=3"]
 def study_counts(root: Path, name: str) -> tuple[int, int, dict]:
     storage = optuna.storages.RDBStorage(f"sqlite:///{root / 'sweeps.db'}")
     study = optuna.load_study(study_name=name, storage=storage)
-    from kcal.sweep import counted
+    from kcal.studies import counted
 
     trials = study.get_trials(deepcopy=False)
     statuses = {}

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from kcal.configs import CONFIG_DIR
 from kcal.fingerprint import STUDY_ATTR
 from kcal.state import JOURNAL, MARKER, export_state, import_state, journal, main
-from kcal.sweep import counted
+from kcal.studies import counted
 
 from .data.conftest import mirror_has
 from .test_reproduce import SMOKE, study_counts, sweep_cmd

@@ -23,7 +23,8 @@ from optuna.trial import TrialState
 from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
 from kcal.fingerprint import STUDY_ATTR, shaping_config, study_fingerprint
-from kcal.sweep import study_name, sweep, trial_line
+from kcal.studies import study_name
+from kcal.sweep import sweep, trial_line
 
 from .data.conftest import mirror_has, needs
 from .test_sweep_storage import postgres_server

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from kcal.progress import Progress, duration
 from kcal.search_space import apply
 from kcal.storage_url import engine_url
-from kcal.sweep import STATUS, StorageUnavailable, counted, open_storage
+from kcal.studies import STATUS, StorageUnavailable, counted, open_storage
 
 from .data.conftest import mirror_has
 from .test_reproduce import SMOKE, study_counts, sweep_cmd

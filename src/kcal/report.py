@@ -41,7 +41,7 @@ import pandas as pd
 
 from kcal import layout
 from kcal.selection import selected, value_of
-from kcal.sweep import COUNTED_FAILURES, STATUS
+from kcal.studies import COUNTED_FAILURES, STATUS
 from kcal.tables import (
     FLAVOURS,
     claims_summary,

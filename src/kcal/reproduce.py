@@ -31,7 +31,8 @@ from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.progress import Progress
 from kcal.seeds import chunk_units, chunks, collect, run_seeds, seed_dirs
 from kcal.storage_url import keeps_password_off_disk
-from kcal.sweep import counted, open_study, sweep
+from kcal.studies import counted, open_study
+from kcal.sweep import sweep
 from kcal.workers import Stage, run_pool
 
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")

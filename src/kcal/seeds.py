@@ -62,7 +62,7 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
 
     from kcal.search_space import apply
     from kcal.selection import value_of
-    from kcal.sweep import best_trial, open_study, storage_url, study_name
+    from kcal.studies import best_trial, open_study, storage_url, study_name
 
     study_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     best_from = str(cfg.seeds_run.best_from)

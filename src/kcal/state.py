@@ -23,7 +23,7 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
 datasets it exports and keeps the others.
 
 Import lays a state into a root that holds none of its datasets (a new one, typically): the studies
-are copied with :func:`optuna.copy_study` into ``<root>/sweeps.db``, opened as :mod:`kcal.sweep` opens
+are copied with :func:`optuna.copy_study` into ``<root>/sweeps.db``, opened as :mod:`kcal.studies` opens
 it, and the files next to it. A trial that was running when the state was exported is failed and its
 parameters are queued again, as for a worker whose heartbeat stopped (:mod:`kcal.sweep`). The same
 ``kcal.reproduce`` (or ``kcal.sweep`` / ``kcal.seeds``) command with ``root=<root>`` then resumes:
@@ -66,8 +66,9 @@ SWEEP_FILES = (
 
 
 def root_storage(root: Path) -> optuna.storages.RDBStorage:
-    """``<root>/sweeps.db``, opened as :mod:`kcal.sweep` opens it (with ``sweep.yaml``'s settings)."""
-    from kcal.sweep import open_storage
+    """``<root>/sweeps.db``, opened as a sweep opens it (:func:`kcal.studies.open_storage`, ``sweep.yaml``'s
+    settings)."""
+    from kcal.studies import open_storage
 
     sweep = OmegaConf.load(Path(CONFIG_DIR) / "sweep.yaml").sweep
     sweep.storage = None

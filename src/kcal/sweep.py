@@ -1,9 +1,9 @@
 """Optuna TPE sweep over one (dataset, objective): ``python -m kcal.sweep dataset=crime objective=nll_mmd``.
 
-* The study lives in a database (default SQLite ``<root>/sweeps.db``; any SQLAlchemy URL, e.g.
-  ``sweep.storage=postgresql://...``), so re-running the command resumes it and several workers,
-  started independently on one or more machines, share it. All stop once the study holds
-  ``sweep.n_trials`` *finished* trials (completed, or failed for a reason of their own).
+* The study lives in a database (:mod:`kcal.studies`: default SQLite ``<root>/sweeps.db``, or any
+  SQLAlchemy URL), so re-running the command resumes it and several workers, started independently
+  on one or more machines, share it. All stop once the study holds ``sweep.n_trials`` *finished*
+  trials (completed, or failed for a reason of their own: :func:`kcal.studies.counted`).
 * A trial is one :func:`kcal.train.run` with overrides sampled from ``hparams_search``. Its value:
   regression, validation NLL of the selected checkpoint (minimised); classification, validation
   accuracy with ties broken by validation ECE, as one lexicographic number
@@ -23,9 +23,7 @@
   A worker whose remaining slots are all held by running trials waits for them (or for their
   heartbeats to go stale), so ``sweep`` returns with the study complete.
 * Several workers: TPE with ``constant_liar`` (running trials count as bad results while they run),
-  and worker ``w`` seeds its sampler with ``sampler_seed + w``. The embedded SQLite file is opened in
-  WAL mode with a 60 s busy timeout (``scripts/bench_storage.py`` measures it against Optuna's
-  journal file storage, which has no heartbeats); a server URL serves several machines.
+  and worker ``w`` seeds its sampler with ``sampler_seed + w``.
 * One line per finished trial on stderr, whether or not it is a terminal.
 
 Why not hydra-optuna-sweeper: its stable release pins optuna<3 and fails with SQLAlchemy 2, and a
@@ -41,16 +39,13 @@ import json
 import os
 import shutil
 import socket
-import sqlite3
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import hydra
 import optuna
-import sqlalchemy.exc
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
@@ -59,135 +54,28 @@ from kcal.configs import CONFIG_PATH
 from kcal.data import get_spec
 from kcal.data.splits import split_sizes
 from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
-from kcal.fingerprint import check_study, stamp_study
 from kcal.progress import Progress
 from kcal.run import run
 from kcal.search_space import apply, sample, search_space, settings
-from kcal.selection import (
-    describe,
-    directions,
-    front,
-    is_pareto,
-    name_objectives,
-    pareto_values,
-    selected,
-    selection_of,
-    summary,
-    value_of,
+from kcal.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
+from kcal.storage_url import keeps_password_off_disk, masked
+from kcal.studies import (
+    STATUS,
+    best_trial,
+    best_value,
+    counted,
+    fail_stale,
+    no_usable_trial,
+    open_checked_study,
+    storage_url,
+    sweep_dir,
 )
-from kcal.storage_url import engine_url, keeps_password_off_disk, mask_text, masked
 
-STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
-COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
-SQLITE_TIMEOUT_S = 60
 SETTINGS = "settings"  # user attr: config path -> value, where shared or derived entries make it differ from the params
 
 
 class TrialFailed(Exception):
     """A trial that finished without a usable value (diverged, invalid config)."""
-
-
-class StorageUnavailable(ConfigError):
-    """``sweep.storage`` cannot be opened: one line on stderr, exit status 2."""
-
-
-def storage_url(cfg: DictConfig) -> str:
-    if cfg.sweep.storage:
-        return str(cfg.sweep.storage)
-    Path(cfg.root).mkdir(parents=True, exist_ok=True)
-    return layout.sqlite_url(cfg.root)
-
-
-def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
-    """The study's database with heartbeats and the retry of stale trials; SQLite in WAL mode.
-
-    Several processes that open a new SQLite file at the same moment race to create Optuna's schema
-    (one fails with a UNIQUE constraint or "table already exists" error); the schema then exists,
-    so opening it again succeeds. A storage that cannot be opened (no server, a refused connection,
-    a driver not installed, a malformed URL) is a :class:`StorageUnavailable`, its password masked.
-    """
-    url = storage_url(cfg)
-    engine_kwargs = {}
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        con = sqlite3.connect(url[len("sqlite:///") :], timeout=SQLITE_TIMEOUT_S)
-        try:  # WAL: readers never block the writer; the mode is stored in the file
-            con.execute("PRAGMA journal_mode=WAL")
-        finally:
-            con.close()
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
-    grace = cfg.sweep.get("grace_period")
-    for attempt in range(3):
-        try:
-            with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental"
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    engine_url(url),
-                    engine_kwargs=engine_kwargs,
-                    heartbeat_interval=int(cfg.sweep.heartbeat_interval),
-                    grace_period=int(grace) if grace else None,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        max_retry=int(cfg.sweep.max_retry)
-                    ),
-                )
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as exc:
-            if attempt == 2:
-                raise StorageUnavailable(unavailable_message(url, exc)) from None
-            time.sleep(0.5 * (attempt + 1))
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
-            raise StorageUnavailable(unavailable_message(url, exc)) from None
-    raise AssertionError("unreachable")
-
-
-def unavailable_message(url: str, exc: Exception) -> str:
-    """Why ``url`` cannot be opened, in one line without its password."""
-    cause = getattr(exc, "orig", None) or exc.__cause__ or exc  # the driver's own message, if any
-    reason = " ".join(str(cause).split()) or type(cause).__name__
-    if isinstance(exc, ImportError):
-        reason = f"{reason} (its database driver is not installed)"
-    return mask_text(f"cannot open sweep.storage={masked(url)}: {reason}", url)
-
-
-def study_name(cfg: DictConfig) -> str:
-    """``sweep.study_name`` with the selection's suffix appended (``__pareto``, :mod:`kcal.layout`)."""
-    return layout.with_selection(str(cfg.sweep.study_name), selection_of(cfg))
-
-
-def sweep_dir(cfg: DictConfig) -> Path:
-    """Where the study's trial runs, ``best.json`` (and ``front.json``) go."""
-    return layout.sweep_dir(cfg.root, cfg.dataset.name, cfg.objective.name, selection_of(cfg))
-
-
-def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
-    storage = open_storage(cfg)
-    sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
-                                         n_startup_trials=int(cfg.sweep.n_startup_trials),
-                                         constant_liar=True)  # fmt: skip
-    name, task = study_name(cfg), get_spec(cfg.dataset.name).task
-    if not create:
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-    if selection_of(cfg) == "paper":
-        return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                   direction="minimize" if task == "regression" else "maximize", load_if_exists=True)  # fmt: skip
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=directions(task),
-                                load_if_exists=True)  # fmt: skip
-    if len(study.directions) != len(directions(task)):
-        raise ConfigError(f"study {name!r} has {len(study.directions)} objective(s), sweep.selection="
-                          f"{selection_of(cfg)} needs {len(directions(task))}; pass another sweep.study_name")  # fmt: skip
-    name_objectives(study, task)
-    return study
-
-
-def open_checked_study(cfg: DictConfig) -> optuna.Study:
-    """:func:`open_study`, refused (:mod:`kcal.fingerprint`) when the study was made with another config;
-    with ``sweep.overwrite=true`` such a study and its trial folders are deleted and started again."""
-    space = search_space(cfg)
-    study = open_study(cfg)
-    if check_study(study, cfg, space):
-        optuna.delete_study(study_name=study.study_name, storage=open_storage(cfg))
-        shutil.rmtree(sweep_dir(cfg), ignore_errors=True)
-        study = open_study(cfg)
-        stamp_study(study, cfg, space)
-    return study
 
 
 def trial_value(metrics: dict, task: str, n_val: int) -> float:
@@ -209,33 +97,6 @@ def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
     if best_epoch is not None and int(best_epoch) in shares:
         out["reg_share_at_best"] = shares[int(best_epoch)]
     return out
-
-
-def counted(study: optuna.Study) -> tuple[int, int]:
-    """(finished trials that count towards n_trials, trials running now).
-
-    Counted: completed trials and trials that failed for a reason of their own (diverged, invalid
-    config), unless Optuna's retry callback re-queued them (a stale heartbeat: the worker died).
-    """
-    trials = study.get_trials(deepcopy=False)
-    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
-    finished = sum(
-        t.number not in retried
-        and (
-            t.state == TrialState.COMPLETE
-            or (t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in COUNTED_FAILURES)
-        )
-        for t in trials
-    )
-    running = sum(t.state == TrialState.RUNNING for t in trials)
-    return finished, running
-
-
-def fail_stale(study: optuna.Study) -> None:
-    """Fail the running trials whose heartbeat stopped; the storage's callback re-queues them."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
 
 
 def run_trial(
@@ -305,39 +166,6 @@ def metrics_task(cfg: DictConfig) -> str:
 
 def _n_val(cfg: DictConfig) -> int:
     return split_sizes(get_spec(cfg.dataset.name).n_used)[1]
-
-
-def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
-    """The selected trial (:func:`kcal.selection.selected`)."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-    if not done:
-        raise IncompleteError(no_usable_trial(study))
-    return selected(study)
-
-
-def no_usable_trial(study: optuna.Study) -> str:
-    """Why a study has no completed trial, and what to change."""
-    failed: dict[str, list] = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in COUNTED_FAILURES:
-            failed.setdefault(t.user_attrs.get(STATUS, t.state.name.lower()), []).append(t)
-    dataset, objective, *_ = layout.parse_study_name(study.study_name)
-    if not failed:
-        return (f"study {study.study_name!r} has no finished trial yet; run `python -m kcal.sweep dataset={dataset} "
-                f"objective={objective}` (with the same profile and root) first")  # fmt: skip
-    counts = ", ".join(f"{len(ts)} {status}" for status, ts in failed.items())
-    reasons = (
-        t.user_attrs["fail_reason"] for ts in failed.values() for t in ts if "fail_reason" in t.user_attrs
-    )
-    example = next(reasons, "no reason recorded")
-    advice = {
-        "diverged": "narrow hparams_search towards stabler values (a lower trainer.lr or objective.weight range) "
-        "or raise sweep.n_trials",
-        "invalid_config": "change hparams_search (or the fixed config) so that sampled values are valid",
-    }
-    todo = "; ".join(advice.get(status, "see the trials' fail_reason") for status in failed)
-    return (f"study {study.study_name!r} has no usable trial: all {sum(map(len, failed.values()))} finished trials "
-            f"failed ({counts}; e.g. {example}). To fix: {todo}; then run again with sweep.overwrite=true")  # fmt: skip
 
 
 def overrides(trial: optuna.trial.FrozenTrial) -> list[str]:
@@ -426,15 +254,6 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     if best_value(study) is not None:
         write_best(study, folder)
     return study
-
-
-def best_value(study: optuna.Study) -> float | None:
-    """The best value so far (a pareto study: the selected trial's validation NLL); None while the study
-    has no completed trial."""
-    try:
-        return selected(study).values[0] if is_pareto(study) else study.best_value
-    except ValueError:
-        return None
 
 
 @keeps_password_off_disk

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from kcal.progress import Progress
 from kcal.search_space import search_space, train_rows
 from kcal.seeds import chunk_line, chunk_units, chunks, seed_dirs, seed_plan, summarize, train_seeds
-from kcal.sweep import (
+from kcal.studies import (
     COUNTED_FAILURES,
     STATUS,
     best_value,
@@ -35,11 +35,9 @@ from kcal.sweep import (
     fail_stale,
     open_checked_study,
     open_study,
-    run_trial,
     sweep_dir,
-    trial_line,
-    write_best,
 )
+from kcal.sweep import run_trial, trial_line, write_best
 
 # one thread per worker process, BLAS/OpenMP included: oversubscribed cores run these small models
 # many times slower (README, "Speed")
