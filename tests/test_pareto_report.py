@@ -85,3 +85,14 @@ def test_publish_copies_a_roots_comparison_and_seeds_and_rewrites_only_the_block
     assert check(dest, folder) == ["pareto:heart-disease:test"]
     with pytest.raises(SystemExit, match="run python scripts/pareto_compare.py"):
         publish(root, ["crime"], dest, folder)
+
+
+def test_the_readme_check_command_passes_from_the_repository_root():
+    """`python -m kcal.pareto_report check`, as the README writes it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "kcal.pareto_report", "check"], cwd=REPORT.parents[2],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "every generated block matches the package data" in done.stdout
