@@ -239,3 +239,23 @@ def test_linear_plan_falls_back_per_member_where_bmm_differs():
             wi, bi = w[i].detach().clone().requires_grad_(), b[i].detach().clone().requires_grad_()
             F.linear(x[i], wi, bi).backward(g[i])
             assert torch.equal(wi.grad, w.grad[i]) and torch.equal(bi.grad, b.grad[i]), (o, d)
+
+
+@pytest.mark.parametrize("max_norm", [1e-3, 0.5, 1e9])
+def test_the_engines_clip_is_torchs_clip_grad_norm(max_norm):
+    """kcal.run.stacked_net.clip_grad_norm (a single model's clip in the engine) gives torch's numbers."""
+    from kcal.run.stacked_net import clip_grad_norm
+
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.float64):
+        shapes = [(64, 102), (64,), (256, 64), (256,), (2, 256), (2,)]
+        grads = [torch.randn(s, generator=g, dtype=dtype) * 3 for s in shapes]
+        ours, theirs = [torch.zeros(s, dtype=dtype, requires_grad=True) for s in shapes], []
+        for p, grad in zip(ours, grads, strict=True):
+            p.grad = grad.clone()
+            theirs.append(torch.zeros_like(p, requires_grad=True))
+            theirs[-1].grad = grad.clone()
+        total = clip_grad_norm(ours, max_norm)
+        assert torch.equal(total, torch.nn.utils.clip_grad_norm_(theirs, max_norm))
+        for a, b in zip(ours, theirs, strict=True):
+            assert torch.equal(a.grad, b.grad)

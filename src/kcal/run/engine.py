@@ -35,7 +35,7 @@ from kcal.objectives import Objective
 from kcal.run import setup
 from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests
 from kcal.run.setup import Prepared
-from kcal.run.stacked_net import StackedMLP, clip_grad_norm_per_member, member_slice
+from kcal.run.stacked_net import StackedMLP, clip_grad_norm, clip_grad_norm_per_member, member_slice
 
 __all__ = ["Engine", "Member", "SingleNet", "adam"]
 
@@ -211,7 +211,7 @@ class Engine:
             total.backward()
             if self.clip is not None:
                 if single:
-                    torch.nn.utils.clip_grad_norm_(params, self.clip)
+                    clip_grad_norm(params, self.clip)
                 else:
                     clip_grad_norm_per_member(params, self.clip)
             self.opt.step()

@@ -260,6 +260,19 @@ def member_slice(outputs, i: int):
 # Optimiser and clipping (per member)
 # ------------------------------------------------------------------------------------------------
 @torch.no_grad()
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` for CPU or CUDA tensors of one device and dtype,
+    the same operations in the same order (so the same numbers, tested) without its per-call grouping by
+    device and dtype, support checks and wrappers (70 us a step on this project's 2-core CPU, about a
+    tenth of a small model's step): ``total = ||(||g_1||, ..., ||g_P||)||_2``, every gradient times
+    ``min(max_norm / (total + 1e-6), 1)``. Returns ``total``."""
+    grads = [p.grad for p in params if p.grad is not None]
+    with torch.no_grad():
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+        torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
+    return total
+
+
 def clip_grad_norm_per_member(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` applied to each member (dim 0) separately, as Lightning's
     ``gradient_clip_val`` does for one model; returns the (K,) total norms."""
