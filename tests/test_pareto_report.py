@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from kcal import pareto_report
-from kcal.pareto_report import check, data_dir, front_verdict, point_verdicts, publish
+from kcal.pareto_report import check, data_dir, front_verdict, perfect, point_verdicts, publish
 
 REPORT = Path(__file__).resolve().parents[1] / "docs" / "results" / "pareto"
 
@@ -27,6 +27,11 @@ def test_front_verdicts_follow_the_interval_and_need_the_full_budget():
     assert front_verdict(compare(-0.09, -0.05, -0.01)) == "loses"
     assert front_verdict(compare(-0.001, 0.05, 0.09)) == "matches"
     assert front_verdict(compare(0.01, 0.05, 0.09), trials=20) == "no verdict (20 trials)"
+    tiny = compare(1e-70, 2e-70, 3e-70)  # breast-cancer: every front is one point at NLL ~1e-22, ECE 0
+    assert front_verdict(tiny, is_perfect=True) == "none: both fronts are a perfect validation score"
+    one = {"front": [3], "rule_nll": {"values": [7e-22, 0.0]}}
+    assert perfect(one, one) and not perfect(one, {"front": [3], "rule_nll": {"values": [0.01, 0.0]}})
+    assert not perfect(one, {"front": [3, 4], "rule_nll": {"values": [7e-22, 0.0]}})
 
 
 def rows(label, ece, nll, n=20, se=0.01):

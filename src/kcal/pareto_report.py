@@ -22,7 +22,9 @@ The verdicts follow rules fixed before any number was seen:
 
 * **fronts** (validation): a regularised front *dominates* the plain one when the 95 % bootstrap interval
   of the hypervolume difference lies above 0, *loses* when it lies below 0, and otherwise *matches* (the
-  two cannot be told apart with 100 trials each);
+  two cannot be told apart with 100 trials each); *none* when both fronts are one point within
+  :data:`PERFECT` of a perfect validation score (0 NLL and 0 calibration error), where hypervolumes
+  compare rounding errors;
 * **test split**: a rule's point *improves calibration* when its test calibration error (ECE; QCE for
   regression) is lower than the plain objective's point of the same rule by more than 2 combined standard
   errors, *worsens* it when higher by more than 2, and is *level* otherwise; its NLL difference is stated
@@ -49,6 +51,7 @@ RULE_LABEL = {"nll": "1", "calibration": "2"}
 RULE_SUFFIX = {"nll": "", "calibration": "@calibration"}  # seed-rerun label of each rule's point
 Z = 2.0  # combined standard errors for a test-split difference to count
 FULL_TRIALS, FULL_SEEDS = 100, 20  # fewer trials per study or seeds per point: no verdict (smoke, quick)
+PERFECT = 1e-6  # fronts of one point below this on both metrics: ~(0, 0), nothing to rank
 TEST_METRICS = {  # (metric, header, recalibrated?) in the order of the test table
     "classification": [("acc", "accuracy (%)", False), ("ece", "ECE", False), ("nll", "NLL", False),
                        ("entropy", "entropy", False), ("ece", "ECE after temperature scaling", True)],
@@ -84,9 +87,16 @@ def min_trials(fronts: dict) -> int:
     return min(int(e["trials"]) for e in fronts["objectives"].values())
 
 
-def front_verdict(compare: dict, trials: int = FULL_TRIALS) -> str:
+def perfect(*entries: dict) -> bool:
+    """Whether each study's front is one point within :data:`PERFECT` of a perfect validation score."""
+    return all(len(e["front"]) == 1 and max(e["rule_nll"]["values"]) < PERFECT for e in entries)
+
+
+def front_verdict(compare: dict, trials: int = FULL_TRIALS, is_perfect: bool = False) -> str:
     if trials < FULL_TRIALS:
         return f"no verdict ({trials} trials)"
+    if is_perfect:
+        return "none: both fronts are a perfect validation score"
     diff = compare["hv_diff"]
     if diff["low"] > 0:
         return "dominates"
@@ -120,7 +130,7 @@ def fronts_table(fronts: dict) -> str:
             d = cmp_["hv_diff"]
             cells = [f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]", f"{d['share_b_greater']:.2f}",
                      f"{cmp_['dominated_a_by_b']['estimate']:.2f}", f"{cmp_['dominated_b_by_a']['estimate']:.2f}",
-                     front_verdict(cmp_, min_trials(fronts))]  # fmt: skip
+                     front_verdict(cmp_, min_trials(fronts), perfect(fronts["objectives"][plain], entry))]  # fmt: skip
         lines.append(f"| {name(obj)} | {entry['trials']} | {len(entry['front'])} | {cells[0]} | {cells[1]} | "
                      f"{cells[2]} | {cells[3]} | {share} | {cells[4]} |")  # fmt: skip
     return "\n".join(lines)
@@ -215,9 +225,9 @@ def point_verdicts(fronts: dict, results: pd.DataFrame) -> list[str]:
 
 def summary_line(dataset: str, fronts: dict) -> str:
     plain = fronts["plain"]
-    parts = [f"{name(obj)} {front_verdict(e['compare'], min_trials(fronts))}" for obj, e in fronts["objectives"].items()
+    parts = [f"{name(obj)}: {front_verdict(e['compare'], min_trials(fronts), perfect(fronts['objectives'][plain], e))}" for obj, e in fronts["objectives"].items()
              if obj != plain and "compare" in e]  # fmt: skip
-    return f"- **{dataset}** (validation fronts against {name(plain)}'s): " + ", ".join(parts) + "."
+    return f"- **{dataset}** (validation fronts against {name(plain)}'s): " + "; ".join(parts) + "."
 
 
 def blocks(folder: Path) -> dict[str, str]:
