@@ -69,7 +69,9 @@ def test_progress_weighs_a_trial_by_its_dataset_and_regulariser():
 
     crime, blog = work_cost(cfg("crime", "nll")), work_cost(cfg("blog", "nll"))
     assert crime == pytest.approx(1.395) and blog / crime > 20
-    assert work_cost(cfg("crime", "nll_mmd")) == pytest.approx(REGULARISER_COST * crime)
+    assert work_cost(cfg("crime", "nll_mmd")) == pytest.approx(REGULARISER_COST["mmd"] * crime)
+    xe, kde = work_cost(cfg("dry-bean", "xe")), work_cost(cfg("dry-bean", "xe_kde"))
+    assert kde == pytest.approx(REGULARISER_COST["kde"] * xe) and kde > work_cost(cfg("dry-bean", "xe_mmce"))
 
 
 def test_progress_units_weigh_what_the_caller_runs():

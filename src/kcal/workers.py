@@ -83,17 +83,22 @@ class Stage:
         return work_cost(self.cfg)
 
 
-REGULARISER_COST = 1.6
-"""An epoch with a calibration regulariser costs about this many epochs without one (``kcal.bench``'s
-per-epoch times on adult, dry-bean and crime, XE vs XE + MMD and NLL vs NLL + MMD: 1.60-1.75)."""
+REGULARISER_COST = {"mmd": 1.6, "mmce": 1.6, "kde": 8.0}
+"""An epoch with each calibration regulariser costs about this many epochs without one. MMD and MMCE:
+``kcal.bench``'s per-epoch times (adult, dry-bean, crime: 1.60-1.75) and full-budget trials (dry-bean:
+XE 59 s, XE + MMCE 63 s a trial on average). ECE-KDE selects its bandwidth on every batch over 20
+candidates, O(batch^2) each, so its cost grows with the batch size: dry-bean's first full-budget trials
+took ~530 s against XE's 59 s, breast-cancer's 67 s against 1.7 s, before that selection became 1.7-2x
+faster (at batch 256-512); 8 is the middle of what remains."""
 
 
 def work_cost(cfg: DictConfig) -> float:
     """A trial's (or a single seed's) estimated cost in units of an epoch pass over 1000 training rows
     without a regulariser: an epoch's minibatch steps scale with the training rows, and a regulariser
-    adds ``REGULARISER_COST``. Progress counts work in these units, so a reproduction's ETA after
-    crime's 1-2 s trials is not that of blog's 20-120 s ones."""
-    return train_rows(cfg) / 1000.0 * (REGULARISER_COST if cfg.objective.get("regularizer") else 1.0)
+    multiplies them by its ``REGULARISER_COST``. Progress counts work in these units, so a reproduction's
+    ETA after crime's 1-2 s trials is not that of blog's 20-120 s ones, nor XE's that of XE + ECE-KDE."""
+    reg = cfg.objective.get("regularizer")
+    return train_rows(cfg) / 1000.0 * (REGULARISER_COST[reg] if reg and float(cfg.objective.weight) else 1.0)
 
 
 # ------------------------------------------------------------------------------------------------
