@@ -75,3 +75,15 @@ def test_seed_runs_finished_seeds_summaries_and_best_files_are_found(tmp_path):
     best.parent.mkdir(parents=True)
     best.write_text("{}")
     assert layout.best_files(tmp_path) == {("crime", "nll"): best}
+
+
+def test_the_configs_compose_the_same_root_and_study_names():
+    """``sweep.yaml`` composes the default root and study name itself; they are the layout's."""
+    from hydra import compose, initialize_config_dir
+
+    from kcal.configs import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("seeds", overrides=["profile=quick", "dataset=crime", "objective=nll_mmd"])
+    assert cfg.root == str(layout.reproduce_root("quick"))
+    assert layout.parse_study_name(cfg.sweep.study_name) == ("crime", "nll_mmd", "paper", "paper")
