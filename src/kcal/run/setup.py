@@ -143,7 +143,9 @@ def objective_params(cfg: DictConfig, data: DatasetSplits, threshold: float) -> 
     """``objective.params`` with every symbolic value resolved to a number."""
     params = OmegaConf.to_container(cfg.objective.params, resolve=True)
     if "bandwidth_x" in params:
-        raise ConfigError("objective.params.bandwidth_x is now called bandwidth_z (the kernel on x)")
+        raise ConfigError(
+            "objective.params.bandwidth_x is no parameter: the kernel on x takes objective.params.bandwidth_z"
+        )
     if params.get("bandwidth_z") == "median":
         params["bandwidth_z"] = median_heuristic(data.train.x, max_rows=MAX_KCE_BANDWIDTH_ROWS)
     phi = phi_bandwidth(cfg, data)
