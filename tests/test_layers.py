@@ -21,7 +21,7 @@ LAYERS = {
     "publishing": ["kcal.tables", "kcal.table_cells", "kcal.claims", "kcal.report", "kcal.pareto_report",
                    "kcal.figures", "kcal.state"],
     "orchestration": ["kcal.workers", "kcal.reproduce"],
-    "benchmark": ["kcal.bench"],
+    "benchmark": ["kcal.bench", "kcal.sweep_throughput"],
 }  # fmt: skip
 ORDER = list(LAYERS)
 
