@@ -67,7 +67,7 @@ SYNTHETIC_SHAPES = {
     "superconductivity": (21263, 81),
     "fb-comment": (40949, 53),
 }
-TARGETS = {"mmd_overhead": 1.1, "loop_overhead": 1.2, "seeds_vs_one": 3.0}
+TARGETS = {"mmd_overhead": 1.2, "loop_overhead": 1.15, "seeds_vs_one": 3.0}  # the targets users were promised
 BASE = [
     "trainer.progress_bar=false",
     "trainer.log_dce=false",
@@ -534,6 +534,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=[200, 60],
         help="upper bound (max_epochs), typical (crime: best epoch ~10 + patience 50)",
     )
+    ap.add_argument("--throughput", action="store_true",
+                    help="also time real sweeps (kcal.sweep_throughput: crime NLL + MMD, adult XE + MMD)")  # fmt: skip
+    ap.add_argument("--throughput-src", nargs="+", default=None,
+                    help="source trees to compare, before then after (default: the installed kcal)")  # fmt: skip
+    ap.add_argument("--throughput-trials", type=int, default=8)
+    ap.add_argument("--throughput-jobs", type=int, default=2)
+    ap.add_argument("--throughput-epochs", type=int, default=25, help="epoch cap of the timed trials")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench"))
     args = ap.parse_args(argv)
     q = args.quick
@@ -550,6 +557,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     args.estimate_datasets = args.estimate_datasets or [ds for task in TASKS for ds in PAPER_DATASETS[task]]
     return args
+
+
+def throughput_rows(args, log: Callable[[str], None]) -> list[Row]:
+    """Seconds per finished trial of real sweeps (:mod:`kcal.sweep_throughput`), first source vs last."""
+    from kcal.sweep_throughput import DEFAULT_PAIRS, measure
+
+    srcs = args.throughput_src or [None]
+    rows = []
+    for pair in DEFAULT_PAIRS:
+        got = [
+            measure(pair, args.throughput_trials, args.throughput_jobs, args.throughput_epochs, src)
+            for src in srcs
+        ]
+        for r in got:
+            log(
+                f"throughput {pair} ({r.src}): {r.per_hour:.0f} trials/hour on {args.throughput_jobs} workers"
+            )
+        a, b = got[0], got[-1]
+        rows.append(Row("cpu", "sweep_throughput", *pair.split(":"), a.src, a.span_s / a.trials, b.src,
+                        b.span_s / b.trials, (b.span_s / b.trials) / (a.span_s / a.trials), None, 1,
+                        f"s/trial on {args.throughput_jobs} workers, epochs <= {args.throughput_epochs}; "
+                        f"{a.per_hour:.0f} -> {b.per_hour:.0f} trials/hour"))  # fmt: skip
+    return rows
 
 
 def environment() -> str:
@@ -577,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                 log("skip cuda: not available")
                 continue
             rows += bench_device(device, args, log)
+        if args.throughput:
+            rows += throughput_rows(args, log)
         write_rows(rows, args.out, env)
         print(format_table(rows))
         print(env)
