@@ -1,9 +1,17 @@
 """Test-wide settings: never touch the network, keep caches out of the project tree."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+
+from kcal.configs import CONFIG_DIR
+
+from .common import SMOKE, SMOKE_REPRODUCTION
 
 os.environ["KCAL_OFFLINE"] = "1"
 if os.environ.get("KCAL_DATA_DIR"):  # absolute, so subprocesses with another cwd see the same mirror
@@ -21,3 +29,40 @@ def _isolated_cache(tmp_path_factory):
         os.environ.pop("KCAL_CACHE_DIR", None)
     else:
         os.environ["KCAL_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def train_cli_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m kcal.train profile=smoke dataset=crime objective=nll ...`` run once, in a directory of its
+    own: (the finished process, its hydra.run.dir)."""
+    from .data.conftest import mirror_has  # after the mirror's path is made absolute above
+
+    if not mirror_has("crime"):
+        pytest.skip("crime not available offline (set KCAL_DATA_DIR to the shared mirror)")
+    cwd = tmp_path_factory.mktemp("train-cli")
+    run_dir = cwd / "one"
+    done = subprocess.run([sys.executable, "-m", "kcal.train", *SMOKE, "dataset=crime", "objective=nll",
+                           "trainer.progress_bar=false", "save_checkpoint=true", f"hydra.run.dir={run_dir}"],
+                          cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    return done, run_dir
+
+
+@pytest.fixture(scope="session")
+def regression_smoke_root(tmp_path_factory) -> Path:
+    """A smoke reproduction of crime with NLL and NLL + MMD (one trial, two seeds, sample size 1, one job,
+    tables), made once. Tests that add to it or write into it work on a copy (``tests.common.copy_root``)."""
+    from .data.conftest import mirror_has
+
+    if not mirror_has("crime"):
+        pytest.skip("crime not available offline (set KCAL_DATA_DIR to the shared mirror)")
+    from kcal.reproduce import reproduce
+
+    root = tmp_path_factory.mktemp("smoke-regression") / "root"
+    common = [*SMOKE_REPRODUCTION, f"root={root}"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("reproduce", overrides=[*common, "task=regression", "reproduce.datasets=[crime]",
+                                              "reproduce.objectives=[nll,nll_mmd]", "reproduce.sample_sizes=[1]",
+                                              "reproduce.jobs=1"])  # fmt: skip
+        reproduce(cfg, common)
+    return root

@@ -7,13 +7,10 @@ import pytest
 from kcal import bench
 from kcal.paper import PAPER_OBJECTIVES
 
-from .data.conftest import mirror_has
+from .data.conftest import needs
 
 
-@pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("breast-cancer")),
-    reason="crime/breast-cancer not available offline",
-)
+@needs("crime", "breast-cancer")
 def test_quick_benchmark_writes_csv_and_markdown(tmp_path, capsys):
     assert bench.main(["--quick", "--devices", "cpu", "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
@@ -28,7 +25,7 @@ def test_quick_benchmark_writes_csv_and_markdown(tmp_path, capsys):
     assert "seeds_vs_one" in out and "b/a" in out
 
 
-@pytest.mark.skipif(not mirror_has("heart-disease"), reason="heart-disease not available offline")
+@needs("heart-disease")
 def test_estimate_covers_every_objective_of_a_dataset(tmp_path, capsys):
     argv = ["--estimate-only", "--estimate-datasets", "heart-disease", "--seeds", "2", "--out", str(tmp_path)]
     assert bench.main(argv) == 0

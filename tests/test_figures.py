@@ -15,7 +15,7 @@ from kcal.figures.__main__ import main as cli
 from kcal.layout import seed_runs
 from kcal.run.plots import classification_calibration, draw_run_figures, regression_calibration
 
-from .data.conftest import mirror_has
+from .data.conftest import needs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -180,7 +180,7 @@ def test_reproduction_missing_inputs_name_the_producer(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------------
 # local calibration maps (reload the crime split to get phi(x) and the coordinates)
 # ---------------------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+@needs("crime")
 def test_local_maps_on_synthetic_forecasts_of_the_crime_split(tmp_path, capsys):
     from kcal.data import load
 
@@ -209,7 +209,7 @@ def test_local_maps_on_synthetic_forecasts_of_the_crime_split(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------------
 # the kcal.run.artifacts.finalize hook
 # ---------------------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+@needs("crime")
 def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tmp_path, monkeypatch, caplog):
     from hydra import compose, initialize_config_dir
 
@@ -237,9 +237,7 @@ def test_train_finalize_writes_figures_and_a_figure_error_never_fails_the_run(tm
     assert any("boom" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("crop-yield")), reason="crime/crop-yield not available offline"
-)
+@needs("crime", "crop-yield")
 @pytest.mark.parametrize("dataset", ["crime", "crop-yield"])
 def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objective(dataset):
     from kcal.data import load

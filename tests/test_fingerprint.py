@@ -17,9 +17,8 @@ from kcal.fingerprint import (
     stamp_study,
 )
 
+from .common import SMOKE
 from .data.conftest import needs
-
-SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
 
 
 def test_what_does_not_shape_a_number_is_not_in_the_fingerprint():

@@ -1,10 +1,7 @@
 """``--help`` of every entry point: a description, the config groups with their choices, three examples
 that compose as printed; ``profile=...`` works for kcal.train as the help says."""
 
-import os
 import shlex
-import subprocess
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -12,21 +9,23 @@ from omegaconf import OmegaConf
 
 from kcal.configs import CONFIG_DIR
 
-from .data.conftest import needs
+from .common import run_modules
 
 ENTRY_POINTS = {"train": "train", "sweep": "sweep", "seeds": "seeds", "reproduce": "reproduce"}
 
 
-def help_text(module: str) -> str:
-    res = subprocess.run([sys.executable, "-m", f"kcal.{module}", "--help"], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ))  # fmt: skip
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+@pytest.fixture(scope="module")
+def help_runs() -> dict:
+    """``python -m kcal.<module> --help`` of every entry point, run in one subprocess."""
+    runs = run_modules([(f"kcal.{module}", ["--help"]) for module in ENTRY_POINTS], timeout=120)
+    return dict(zip(ENTRY_POINTS, runs, strict=True))
 
 
 @pytest.mark.parametrize("module", list(ENTRY_POINTS))
-def test_help_describes_groups_and_examples_that_compose(module):
-    text = help_text(module)
+def test_help_describes_groups_and_examples_that_compose(module, help_runs):
+    res = help_runs[module]
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = res.stdout
     assert text.startswith(f"python -m kcal.{module}: ")
     assert "profile: full, quick, smoke" in text and "objective: nll, nll_mmd" in text
     examples = [line.strip() for line in text.split("== Examples ==")[1].splitlines()]
@@ -52,10 +51,8 @@ def test_profile_applies_to_train_without_plus():
         assert compose("sweep").sweep.n_trials == 100
 
 
-@needs("crime")
-def test_train_runs_with_profile_smoke(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "kcal.train", "profile=smoke", "dataset=crime", "trainer.max_epochs=1",
-                          "dataset.max_train_rows=128", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+def test_train_runs_with_profile_smoke(train_cli_run):
+    res, run_dir = train_cli_run  # python -m kcal.train profile=smoke dataset=crime ... (tests/conftest.py)
+    assert "profile=smoke" in res.args
     assert res.returncode == 0, res.stderr[-2000:]
-    assert OmegaConf.load(tmp_path / "config.yaml").profile_name == "smoke"
+    assert OmegaConf.load(run_dir / "config.yaml").profile_name == "smoke"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .data.conftest import mirror_has
+from .data.conftest import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def test_the_wheel_ships_the_configs(installed):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+@needs("crime")
 def test_an_installed_kcal_trains_from_another_directory(installed, tmp_path):
     python, env = installed
     done = _sh(python, "-m", "kcal.train", "dataset=crime", "profile=smoke", "hydra.run.dir=run",

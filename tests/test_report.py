@@ -11,25 +11,19 @@ from hydra import compose, initialize_config_dir
 from kcal.configs import CONFIG_DIR
 from kcal.report import GENERATED, check, data_dir, main, publish, report_info
 
-from .data.conftest import mirror_has
+from .common import SMOKE_REPRODUCTION as SMOKE
+from .common import copy_root
+from .data.conftest import needs
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "results"
-SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1", "seeds_run.vectorized=false",
-         "sweep.n_trials=1"]  # fmt: skip
-needs_crime = pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+needs_crime = needs("crime")
 
 
 @pytest.fixture(scope="module")
-def smoke_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repro")
-    common = [*SMOKE, f"root={root}"]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        from kcal.reproduce import reproduce
-
-        cfg = compose("reproduce", overrides=[*common, "task=regression", "reproduce.datasets=[crime]",
-                                              "reproduce.objectives=[nll,nll_mmd]", "reproduce.sample_sizes=[1]"])  # fmt: skip
-        reproduce(cfg, common)
-    return root
+def smoke_root(tmp_path_factory, regression_smoke_root):
+    """A copy of the session's smoke reproduction of crime / [nll, nll_mmd] (tests/conftest.py: ``SMOKE``,
+    sample size 1), which the ablation writes into."""
+    return copy_root(regression_smoke_root, tmp_path_factory.mktemp("repro") / "root")
 
 
 @needs_crime

@@ -18,13 +18,10 @@ from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
 
-from .data.conftest import mirror_has
+from .common import SMOKE, SMOKE_REPRODUCTION, copy_root
+from .data.conftest import needs
 
-pytestmark = pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("breast-cancer")),
-    reason="crime/breast-cancer not available offline",
-)
-SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
+pytestmark = needs("crime", "breast-cancer")
 # a killed worker's trial goes stale 3 s after its last heartbeat (the defaults: 60 s / 120 s)
 FAST_HEARTBEAT = ["sweep.heartbeat_interval=1", "sweep.grace_period=3"]
 
@@ -51,8 +48,8 @@ def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
 
 def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # 8 trials of 40 epochs each (about a second each), so the kill lands mid-sweep even on an idle machine
-    cmd = sweep_cmd(tmp_path, 8, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
+    # 5 trials of 40 epochs each (about a second each), so the kill lands mid-sweep even on an idle machine
+    cmd = sweep_cmd(tmp_path, 5, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once 2 trials are done (a third is usually running)
@@ -67,12 +64,12 @@ def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at, _, _ = study_counts(tmp_path, "crime__nll__paper")
-    assert 2 <= killed_at < 8
+    assert 2 <= killed_at < 5
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     finished, running, statuses = study_counts(tmp_path, "crime__nll__paper")
-    assert (finished, running) == (8, 0), statuses
-    assert statuses.get("ok", 0) + statuses.get("diverged", 0) + statuses.get("invalid_config", 0) == 8
+    assert (finished, running) == (5, 0), statuses
+    assert statuses.get("ok", 0) + statuses.get("diverged", 0) + statuses.get("invalid_config", 0) == 5
     assert (tmp_path / "crime" / "nll" / "sweep" / "best.json").is_file()
 
 
@@ -96,7 +93,7 @@ def test_two_workers_on_one_new_storage_finish_exactly_n_trials(tmp_path):
 def test_sigkill_of_one_of_two_workers_mid_trial_retries_its_trial(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # trials of 40 epochs (about a second each), so the poll below sees worker 0 in the middle of one
-    cmd = sweep_cmd(tmp_path, 6, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
+    cmd = sweep_cmd(tmp_path, 4, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
     workers = [subprocess.Popen([*cmd, f"sweep.worker={w}"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
     victim = workers[0]
@@ -120,17 +117,17 @@ def test_sigkill_of_one_of_two_workers_mid_trial_retries_its_trial(tmp_path):
     _, err = workers[1].communicate(timeout=400)
     assert workers[1].returncode == 0, err[-2000:]
     finished, running, statuses = study_counts(tmp_path, "crime__nll__paper")
-    assert (finished, running) == (6, 0), statuses
+    assert (finished, running) == (4, 0), statuses
     trials = {t.number: t for t in optuna.load_study(study_name="crime__nll__paper",
                                                      storage=f"sqlite:///{tmp_path / 'sweeps.db'}").trials}  # fmt: skip
     assert trials[killed_trial].state == optuna.trial.TrialState.FAIL
     retries = [t for t in trials.values() if t.system_attrs.get("failed_trial") == killed_trial]
     assert len(retries) == 1 and retries[0].state.is_finished(), statuses
     assert retries[0].params == trials[killed_trial].params
-    # nothing counted twice: the killed trial is not among the 6
+    # nothing counted twice: the killed trial is not among the 4
     counted_numbers = [n for n, t in trials.items() if t.state == optuna.trial.TrialState.COMPLETE
                        or t.user_attrs.get("kcal_status") in ("diverged", "invalid_config")]  # fmt: skip
-    assert killed_trial not in counted_numbers and len(counted_numbers) == 6
+    assert killed_trial not in counted_numbers and len(counted_numbers) == 4
 
 
 def test_seed_rerun_resumes_without_recomputing_finished_seeds(tmp_path):
@@ -157,30 +154,27 @@ def _cell(text: str, mean: float, se: float, scale: float = 1.0) -> bool:
     return f"{mean * scale:.3f} $\\pm$ {se * scale:.3f}" in text
 
 
-def test_smoke_reproduction_tables_equal_the_seed_aggregates(tmp_path):
-    common = [*SMOKE, f"root={tmp_path}", "seeds_run.vectorized=false", "sweep.n_trials=1"]
+def test_smoke_reproduction_tables_equal_the_seed_aggregates(tmp_path, regression_smoke_root):
+    # the regression half (crime: nll, nll_mmd) is the session's smoke reproduction (tests/conftest.py, one
+    # job); the classification half is added to a copy of it here, on the default worker pool
+    root = copy_root(regression_smoke_root, tmp_path / "root")
+    common = [*SMOKE_REPRODUCTION, f"root={root}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         from kcal.reproduce import reproduce
 
-        reg = compose("reproduce", overrides=[*common, "task=regression", "reproduce.datasets=[crime]",
-                                              "reproduce.objectives=[nll,nll_mmd]", "reproduce.sample_sizes=[1]"])  # fmt: skip
-        reproduce(reg, common)
         cls = compose("reproduce", overrides=[*common, "task=classification", "reproduce.datasets=[breast-cancer]",
                                               "reproduce.objectives=[xe,xe_mmd]"])  # fmt: skip
         results_csv = reproduce(cls, common)
     results = pd.read_csv(results_csv)
     assert {"crime", "breast-cancer"} <= set(results.dataset)
-    tables = tmp_path / "tables"
+    tables = root / "tables"
     # every aggregate equals the mean / SE of the seeds' metrics.json values
     for (ds, obj, key, recal, flavour, metric) in [("crime", "nll_mmd", "test/qce", "none", "exact", "qce"),
                                                    ("crime", "nll", "official/test_recal/nll", "post-hoc", "official", "nll"),
                                                    ("breast-cancer", "xe_mmd", "test/acc", "none", "exact", "acc"),
                                                    ("breast-cancer", "xe", "test_recal/ece", "post-hoc", "exact", "ece")]:  # fmt: skip
         values = np.array(
-            [
-                json.loads(p.read_text())[key]
-                for p in (tmp_path / ds / obj / "seeds").glob("seed*/metrics.json")
-            ]
+            [json.loads(p.read_text())[key] for p in (root / ds / obj / "seeds").glob("seed*/metrics.json")]
         )
         row = results[(results.dataset == ds) & (results.objective == obj) & (results.recalibrator == recal)
                       & (results.flavour == flavour) & (results.metric == metric)].iloc[0]  # fmt: skip

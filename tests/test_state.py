@@ -17,10 +17,11 @@ from kcal.fingerprint import STUDY_ATTR
 from kcal.state import JOURNAL, MARKER, export_state, import_state, journal, main
 from kcal.studies import counted
 
-from .data.conftest import mirror_has
-from .test_reproduce import SMOKE, study_counts, sweep_cmd
+from .common import SMOKE
+from .data.conftest import needs
+from .test_reproduce import study_counts, sweep_cmd
 
-needs_crime = pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+needs_crime = needs("crime")
 STUDY = "crime__nll__paper"
 SEEDS = Path("crime") / "nll" / "seeds"
 

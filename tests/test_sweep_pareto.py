@@ -26,17 +26,17 @@ from kcal.fingerprint import STUDY_ATTR, shaping_config, study_fingerprint
 from kcal.studies import study_name
 from kcal.sweep import sweep, trial_line
 
+from . import common
 from .data.conftest import mirror_has, needs
 from .test_sweep_storage import postgres_server
 
-SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=2", "sweep.n_trials=3"]
+SMOKE = [*common.SMOKE, "trainer.max_epochs=2", "sweep.n_trials=3"]  # two epochs, three trials
 CRIME = ["dataset=crime", "objective=nll_mmd", *SMOKE]
 PARETO = "sweep.selection=pareto"
 
 
 def sweep_cfg(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("sweep", overrides=list(overrides))
+    return common.compose_cfg("sweep", *overrides)
 
 
 def load(root: Path, name: str) -> optuna.Study:

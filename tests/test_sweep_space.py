@@ -3,19 +3,18 @@ can share one sampled value between config keys and derive a key from others (``
 
 import optuna
 import pytest
-from hydra import compose, initialize_config_dir
 
 import kcal.sweep
-from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
 from kcal.formula import evaluate, parse_formula
 from kcal.search_space import apply, fit_to_data, sample, search_space, settings, train_rows
 from kcal.sweep import run_trial
 
+from .common import compose_cfg
+
 
 def sweep_cfg(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("sweep", overrides=list(overrides))
+    return compose_cfg("sweep", *overrides)
 
 
 def test_batch_sizes_larger_than_the_training_split_are_not_sampled():

@@ -22,10 +22,11 @@ from kcal.search_space import apply
 from kcal.storage_url import engine_url
 from kcal.studies import STATUS, StorageUnavailable, counted, open_storage
 
-from .data.conftest import mirror_has
-from .test_reproduce import SMOKE, study_counts, sweep_cmd
+from .common import SMOKE
+from .data.conftest import needs
+from .test_reproduce import study_counts, sweep_cmd
 
-needs_crime = pytest.mark.skipif(not mirror_has("crime"), reason="crime not available offline")
+needs_crime = needs("crime")
 SECRET = "s3cret-Pw"  # a storage password no file or message of a run may hold
 
 

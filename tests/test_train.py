@@ -8,26 +8,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from kcal.configs import CONFIG_DIR
 from kcal.errors import ConfigError
 from kcal.run import run
 
-from .data.conftest import mirror_has
+from .common import compose_cfg
+from .data.conftest import needs
 
-pytestmark = pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("breast-cancer")),
-    reason="crime/breast-cancer not available offline",
-)
+pytestmark = needs("crime", "breast-cancer")
 SMALL = ["trainer.max_epochs=2", "trainer.min_epochs=0", "trainer.progress_bar=false", "save_checkpoint=true"]
 REGRESSION = ["dataset=crime", "dataset.max_train_rows=256"]
 CLASSIFICATION = ["dataset=breast-cancer", "dataset.max_train_rows=200"]
 
 
 def cfg_for(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("train", overrides=[*SMALL, *overrides])
+    return compose_cfg("train", *SMALL, *overrides)
 
 
 @pytest.mark.parametrize(
@@ -138,10 +133,10 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-def test_cli_single_run_multirun_and_config_error(tmp_path):
-    single = _cli(*REGRESSION, "objective=nll", f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
+def test_cli_single_run_multirun_and_config_error(tmp_path, train_cli_run):
+    single, run_dir = train_cli_run  # python -m kcal.train dataset=crime objective=nll ... (conftest.py)
     assert single.returncode == 0, single.stderr[-2000:]
-    assert json.loads((tmp_path / "one" / "metrics.json").read_text())["status"] == "ok"
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "ok"
     multi = _cli("-m", "dataset=crime,breast-cancer", "dataset.max_train_rows=128", "objective=nll", "seed=0",
                  f"hydra.sweep.dir={tmp_path / 'many'}", cwd=tmp_path)  # fmt: skip
     assert multi.returncode == 0, multi.stderr[-2000:]

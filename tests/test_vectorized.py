@@ -7,11 +7,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from kcal import random_streams
-from kcal.configs import CONFIG_DIR
 from kcal.models import build_model
 from kcal.objectives import Objective
 from kcal.run import engine as E
@@ -19,12 +17,10 @@ from kcal.run import run, setup
 from kcal.run import stacked as V
 from kcal.run import stacked_net as N
 
-from .data.conftest import mirror_has
+from .common import compose_cfg
+from .data.conftest import needs
 
-needs_data = pytest.mark.skipif(
-    not (mirror_has("crime") and mirror_has("breast-cancer")),
-    reason="crime/breast-cancer not available offline",
-)
+needs_data = needs("crime", "breast-cancer")
 SMALL = ["trainer.progress_bar=false", "save_checkpoint=true", "model.widths=[16,16,16]", "++figures=false"]
 CRIME = ["dataset=crime", "dataset.max_train_rows=256"]
 CANCER = ["dataset=breast-cancer", "dataset.max_train_rows=200"]
@@ -32,8 +28,7 @@ SEEDS = [0, 1, 2]
 
 
 def cfg_for(*overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("train", overrides=[*SMALL, *overrides])
+    return compose_cfg("train", *SMALL, *overrides)
 
 
 def numbers(metrics: dict) -> dict:

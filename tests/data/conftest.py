@@ -12,10 +12,12 @@ def mirror_has(name: str) -> bool:
         return False
 
 
-def needs(name: str):
+def needs(*names: str):
+    """Skip unless the offline mirror holds every one of ``names`` (datasets)."""
+    missing = [name for name in names if not mirror_has(name)]
     return pytest.mark.skipif(
-        not mirror_has(name),
-        reason=f"{name} not available offline (set KCAL_DATA_DIR to the shared mirror)",
+        bool(missing),
+        reason=f"{', '.join(missing)} not available offline (set KCAL_DATA_DIR to the shared mirror)",
     )
 
 

@@ -1,0 +1,96 @@
+"""What several test files share: the smoke-sized overrides, composing a config, and running entry points
+(``python -m kcal.<module> ...``) several to one interpreter."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from kcal.configs import CONFIG_DIR
+
+#: the smallest end-to-end run: the smoke profile, 128 training rows, one epoch
+SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
+#: a smoke reproduction: one trial per study, the seeds one after the other
+SMOKE_REPRODUCTION = [*SMOKE, "seeds_run.vectorized=false", "sweep.n_trials=1"]
+
+
+def compose_cfg(config_name: str, *overrides: str):
+    """``config_name`` (train, sweep, seeds, reproduce, ablation) composed from the package's configs."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name, overrides=list(overrides))
+
+
+def copy_root(root: Path, dest: Path) -> Path:
+    """A copy of a reproduction root (its study storage, sweeps and seeds) at ``dest``."""
+    shutil.copytree(root, dest)
+    return dest
+
+
+# Each call runs as ``python -m`` runs it (runpy, ``__main__``, sys.argv), with file descriptors 1 and 2
+# sent to files of its own, so its exit status, stdout and stderr are its own; warning filters (and so which
+# warnings were already shown) and the root logger are put back as they were before the first call. The
+# interpreter and what it imported (torch, Lightning, Hydra) are shared: output printed once per process
+# at import shows in the first call only, so a batch starts with its strictest check of stderr.
+_RUNNER = r"""
+import json, logging, os, runpy, sys, tempfile, traceback, warnings
+
+warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package",
+                        category=RuntimeWarning)
+filters, handlers, level = list(warnings.filters), list(logging.root.handlers), logging.root.level
+calls, results_file, results = json.loads(sys.argv[1]), sys.argv[2], []
+for module, args in calls:
+    warnings.filters[:] = filters
+    warnings._filters_mutated()  # warnings shown by an earlier call show again
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.argv = [module, *args]
+        code = 0
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+            if exit_.code is not None and not isinstance(exit_.code, int):
+                print(exit_.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        out.seek(0)
+        err.seek(0)
+        results.append([code, out.read().decode(), err.read().decode()])
+with open(results_file, "w") as f:
+    json.dump(results, f)
+"""
+
+
+def run_modules(
+    calls: list[tuple[str, list[str]]], env: dict | None = None, timeout: int = 300
+) -> list[subprocess.CompletedProcess]:
+    """``python -m module *args`` for each ``(module, args)`` of ``calls``, in order, in one subprocess with
+    this environment updated by ``env``; one CompletedProcess (returncode, stdout, stderr) per call."""
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(tmp) / "results.json"
+        done = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(calls), results], capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **(env or {})})  # fmt: skip
+        assert done.returncode == 0 and results.is_file(), done.stderr[-2000:]
+        outcomes = json.loads(results.read_text())
+    return [
+        subprocess.CompletedProcess([sys.executable, "-m", module, *args], code, out, err)
+        for (module, args), (code, out, err) in zip(calls, outcomes, strict=True)
+    ]
