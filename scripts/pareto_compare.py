@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from kcal import fronts
+from kcal import fronts, layout
 from kcal.data import get_spec
 from kcal.paper import PAPER_OBJECTIVES
 from kcal.selection import metric_names
@@ -33,7 +33,7 @@ def load_studies(root: Path, dataset: str) -> tuple[str, dict[str, optuna.Study]
     names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     studies = {}
     for obj in PAPER_OBJECTIVES[task]:
-        name = f"{dataset}__{obj}__paper__pareto"
+        name = layout.study_name(dataset, obj, "paper", "pareto")
         if name in names:
             studies[obj] = optuna.load_study(study_name=name, storage=storage)
     return task, studies
@@ -57,7 +57,7 @@ def main() -> None:
         raise SystemExit(
             f"need the pareto studies of {plain} and a regularised objective; found {sorted(studies)}"
         )
-    out = args.out or args.root / "pareto" / args.dataset
+    out = args.out or layout.pareto_dir(args.root, args.dataset)
     out.mkdir(parents=True, exist_ok=True)
     points = {obj: fronts.study_points(s) for obj, s in studies.items()}
     trials = {obj: [t for t in s.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
@@ -109,8 +109,8 @@ def main() -> None:
             f"| {obj} | {len(entry['front'])} | {hv:.4f} | {diff} | {share} | {dom} | {rule_cell('nll')} | "
             f"{rule_cell('calibration')} |"
         )
-    (out / "fronts.json").write_text(json.dumps(report, indent=1) + "\n")
-    draw(points, reference, x_name, y_name, args.dataset, out / "fronts.png")
+    (out / layout.FRONTS_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    draw(points, reference, x_name, y_name, args.dataset, out / layout.FRONTS_FIGURE)
 
 
 def draw(points: dict[str, np.ndarray], reference: np.ndarray, x_name: str, y_name: str, dataset: str,

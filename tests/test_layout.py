@@ -28,10 +28,17 @@ def test_a_reproduction_root_is_laid_out_as_before(tmp_path):
     assert fixed == root / "ablations" / "crime" / "nll_mmd" / "a=1,b=2"
     assert layout.ablation_value_dir(fixed, "objective.weight", 10) == fixed / "objective.weight=10"
     assert layout.LOCAL_ROOT == Path("outputs/local_calibration")
+    assert layout.tables_dir(root) == root / "tables" and layout.figures_dir(label) == label / "figures"
+    assert layout.pareto_dir(root, "crime") == root / "pareto" / "crime"
+    run = layout.seed_dir(label, 3)
+    assert layout.metrics_file(run) == run / "metrics.json"
+    assert layout.checkpoint_file(run) == run / "checkpoints" / "best.pt"
 
 
 def test_study_names_are_built_and_parsed_back():
     name = "crime__nll_mmd__paper"
+    assert layout.study_name("crime", "nll_mmd", "paper") == name
+    assert layout.study_name("crime", "nll_mmd", "paper", "pareto") == name + "__pareto"
     assert layout.with_selection(name, "paper") == name
     pareto = layout.with_selection(name, "pareto")
     assert pareto == "crime__nll_mmd__paper__pareto"

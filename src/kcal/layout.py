@@ -9,13 +9,16 @@ A reproduction root (``root``; ``outputs/reproduce/<profile>`` for :mod:`kcal.re
     <dataset>/<label><suffix>/                       a seed rerun: summary.csv, fingerprint.json,
         seeds/seed3/                                 best_trial.json; one run directory per seed
     ablations/<dataset>/<objective>[/<k>=<v>,...]/   an ablation: <key>.csv, <key>=<value>/seeds/seed<k>/
+    pareto/<dataset>/                                the front comparison: fronts.json, fronts.png
+    tables/, figures/                                what publishing writes
 
 ``<suffix>`` is empty under ``sweep.selection=paper`` and ``__<selection>`` otherwise (``__pareto``),
 so the two selections never share a study or a folder. A study is named
 ``<dataset>__<objective>__<space>[__<selection>]``; the config composes the first three parts
 (``sweep.study_name`` in ``sweep.yaml``), :func:`with_selection` appends the fourth and
 :func:`parse_study_name` reads them back. A run directory holds ``config.yaml``, ``metrics.json`` (its
-presence marks a finished run), ``history.csv``, ``predictions.npz``, ``run.json`` and ``figures/``.
+presence marks a finished run), ``history.csv``, ``predictions.npz``, ``run.json``, ``figures/`` and
+``checkpoints/best.pt``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ FRONT_FILE = "front.json"
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.npz"
+HISTORY_FILE = "history.csv"
+RUN_INFO_FILE = "run.json"
+FRONTS_FILE = "fronts.json"
+FRONTS_FIGURE = "fronts.png"
 SEP = "__"  # between the parts of a study name
 PAPER_SELECTION = "paper"  # the selection whose studies and folders carry no suffix
 
@@ -59,6 +66,21 @@ def sqlite_url(root: Path | str) -> str:
 
 def results_file(root: Path | str) -> Path:
     return Path(root) / RESULTS_FILE
+
+
+def tables_dir(root: Path | str) -> Path:
+    """``<root>/tables``: the LaTeX/Markdown tables and claims of a reproduction."""
+    return Path(root) / "tables"
+
+
+def figures_dir(folder: Path | str) -> Path:
+    """``<folder>/figures``: the figures of a run directory, a reproduction root or a local-calibration root."""
+    return Path(folder) / "figures"
+
+
+def pareto_dir(root: Path | str, dataset: str) -> Path:
+    """``<root>/pareto/<dataset>``: the front comparison of a dataset's pareto studies."""
+    return Path(root) / "pareto" / dataset
 
 
 # ---- sweeps ----------------------------------------------------------------------------------------------
@@ -104,6 +126,11 @@ class StudyName(NamedTuple):
     objective: str
     space: str | None
     selection: str
+
+
+def study_name(dataset: str, objective: str, space: str, selection: str = PAPER_SELECTION) -> str:
+    """``<dataset>__<objective>__<space>[__<selection>]``, as ``sweep.yaml`` composes it."""
+    return with_selection(SEP.join((dataset, objective, space)), selection)
 
 
 def with_selection(name: str, selection: str) -> str:
@@ -206,6 +233,11 @@ def ablation_value_dir(ablation: Path, key: str, value) -> Path:
 
 def metrics_file(run_dir: Path) -> Path:
     return Path(run_dir) / METRICS_FILE
+
+
+def checkpoint_file(run_dir: Path) -> Path:
+    """``<run_dir>/checkpoints/best.pt``: the best weights' ``state_dict``."""
+    return Path(run_dir) / "checkpoints" / "best.pt"
 
 
 def is_finished(run_dir: Path) -> bool:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kcal import layout
 from kcal.paper import PAPER_OBJECTIVES
 from kcal.report import GENERATED, fill
 
@@ -74,7 +75,7 @@ def name(objective: str) -> str:
 
 # ---- reading the published numbers ------------------------------------------------------------------
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
-    fronts = json.loads((folder / "fronts.json").read_text())
+    fronts = json.loads((folder / layout.FRONTS_FILE).read_text())
     results = pd.read_csv(folder / "results.csv")
     return fronts, results
 
@@ -233,7 +234,7 @@ def summary_line(dataset: str, fronts: dict) -> str:
 def blocks(folder: Path) -> dict[str, str]:
     """Every generated block of the report, from the package data in ``folder``."""
     out, summary = {}, []
-    for ds_dir in sorted(p for p in folder.iterdir() if (p / "fronts.json").is_file()):
+    for ds_dir in sorted(p for p in folder.iterdir() if (p / layout.FRONTS_FILE).is_file()):
         fronts, results = load(ds_dir)
         ds = ds_dir.name
         out[f"pareto:{ds}:fronts"] = fronts_table(fronts)
@@ -280,19 +281,19 @@ def publish(root: Path, datasets: list[str], dest: Path = DEST, folder: Path | N
     results = collect(root)
     written = []
     for ds in datasets:
-        src = root / "pareto" / ds
-        if not (src / "fronts.json").is_file():
-            raise SystemExit(f"kcal.pareto_report: {src / 'fronts.json'} not found; run "
+        src = layout.pareto_dir(root, ds)
+        if not (src / layout.FRONTS_FILE).is_file():
+            raise SystemExit(f"kcal.pareto_report: {src / layout.FRONTS_FILE} not found; run "
                              f"python scripts/pareto_compare.py {root} {ds} first")  # fmt: skip
         target = folder / ds
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / "fronts.json", target / "fronts.json")
+        shutil.copyfile(src / layout.FRONTS_FILE, target / layout.FRONTS_FILE)
         results[results.dataset == ds].to_csv(target / "results.csv", index=False)
         dest.mkdir(parents=True, exist_ok=True)
-        if (src / "fronts.png").is_file():
-            shutil.copyfile(src / "fronts.png", dest / f"fronts_{ds}.png")
+        if (src / layout.FRONTS_FIGURE).is_file():
+            shutil.copyfile(src / layout.FRONTS_FIGURE, dest / f"fronts_{ds}.png")
             written.append(dest / f"fronts_{ds}.png")
-        written += [target / "fronts.json", target / "results.csv"]
+        written += [target / layout.FRONTS_FILE, target / "results.csv"]
     (dest / "README.md").write_text(render(dest, folder), encoding="utf-8")
     return [*written, dest / "README.md"]
 

@@ -144,7 +144,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     if cfg.reproduce.tables and len(results):
         from kcal.tables import write_tables
 
-        written = write_tables(results_csv, root / "tables", profile=cfg.profile_name)
+        written = write_tables(results_csv, layout.tables_dir(root), profile=cfg.profile_name)
         print("tables:", *(f"  {k}: {v}" for k, v in written.items()), sep="\n")
     check_complete(cfg, skipped, len(results))
     return results_csv

@@ -56,8 +56,8 @@ RERUN_FILES = (
     layout.FINGERPRINT_FILE,
     layout.BEST_TRIAL_FILE,
 )  # per <dataset>/<label>/; summary.csv is rebuilt
-SEED_FILES = (layout.METRICS_FILE, "run.json", layout.CONFIG_FILE)  # per finished seed
-HISTORY = "history.csv"  # per finished seed, with --history
+SEED_FILES = (layout.METRICS_FILE, layout.RUN_INFO_FILE, layout.CONFIG_FILE)  # per finished seed
+HISTORY = layout.HISTORY_FILE  # per finished seed, with --history
 SWEEP_FILES = (
     f"{layout.sweep_folder('paper')}/{layout.BEST_FILE}",
     f"{layout.sweep_folder('pareto')}/{layout.BEST_FILE}",
@@ -161,7 +161,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
             shutil.rmtree(staging, ignore_errors=True)
         counts = trial_counts(storage, names) if names else {}
         size = sum(p.stat().st_size for p in (state_dir / ds).rglob("*") if p.is_file())
-        n_seeds = sum(rel.name == "metrics.json" for rel in files)
+        n_seeds = sum(rel.name == layout.METRICS_FILE for rel in files)
         note = (f"; {counts['running']} running trial(s) will be queued again by the import"
                 if counts.get("running") else "")  # fmt: skip
         lines.append(
@@ -218,7 +218,7 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
                 if path.is_file() and rel != Path(JOURNAL):
                     (root / ds / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, root / ds / rel)
-                    n_seeds += rel.name == "metrics.json"
+                    n_seeds += rel.name == layout.METRICS_FILE
             counts = trial_counts(storage, names) if names else {}
             note = f"; {requeued} trial(s) running at export queued again" if requeued else ""
             lines.append(f"{ds}: {describe(names, counts, n_seeds)} -> {root / ds}{note}")

@@ -87,7 +87,7 @@ def trial_value(metrics: dict, task: str, n_val: int) -> float:
 def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
     """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
     in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
-    path = run_dir / "history.csv"
+    path = run_dir / layout.HISTORY_FILE
     if not path.is_file():
         return {}
     with path.open(newline="") as f:
@@ -144,7 +144,7 @@ def run_trial(
             raise TrialFailed(str(exc)) from exc
         finally:
             if not cfg.sweep.keep_checkpoints:
-                shutil.rmtree(out / "checkpoints", ignore_errors=True)
+                shutil.rmtree(layout.checkpoint_file(out).parent, ignore_errors=True)
         for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
             if key in metrics:
                 trial.set_user_attr(key, metrics[key])

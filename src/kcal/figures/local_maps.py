@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from kcal import layout
 from kcal.kernels import median_heuristic
 from kcal.layout import LOCAL_ROOT
 from kcal.local_calibration import LOCAL_DATASETS, LOCAL_OBJECTIVES
@@ -146,7 +147,7 @@ def draw_local_maps(root: Path = LOCAL_ROOT, datasets=tuple(LOCAL_DATASETS), ban
     """Draw ``lce_<dataset>`` for each dataset and write ``lce_summary.json``; return (paths, summary)."""
     root = Path(root)
     missing = [root / ds / obj for ds in datasets for obj in objectives
-               if not (root / ds / obj / "predictions.npz").is_file()]  # fmt: skip
+               if not (root / ds / obj / layout.PREDICTIONS_FILE).is_file()]  # fmt: skip
     if missing:
         raise MissingInputError(
             "local-calibration runs are missing: "
@@ -154,7 +155,7 @@ def draw_local_maps(root: Path = LOCAL_ROOT, datasets=tuple(LOCAL_DATASETS), ban
             + f"; produce them with `{train_command(datasets)}`"
             + (f" --root {root}" if root != LOCAL_ROOT else "")
         )
-    out_dir, paths = root / "figures", []
+    out_dir, paths = layout.figures_dir(root), []
     summary_path = out_dir / "lce_summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     for ds in datasets:
@@ -172,8 +173,8 @@ def draw_local_maps(root: Path = LOCAL_ROOT, datasets=tuple(LOCAL_DATASETS), ban
             "objectives": {obj: {"lce_total": _stats(m["lce_total"]), "test_qce": m["qce"],
                                  **({"lce_total_recal": _stats(m["lce_total_recal"]), "recalibrator": m["recalibrator"]}
                                     if "lce_total_recal" in m else {}),
-                                 "epochs": json.loads((root / ds / obj / "metrics.json").read_text()).get("epochs")
-                                 if (root / ds / obj / "metrics.json").is_file() else None}
+                                 "epochs": json.loads(layout.metrics_file(root / ds / obj).read_text()).get("epochs")
+                                 if layout.is_finished(root / ds / obj) else None}
                            for obj, m in maps.items()},
         }  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)

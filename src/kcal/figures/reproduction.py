@@ -96,7 +96,9 @@ def draw_dce_curves(dataset: str, runs: dict[str, list[Path]], out_dir: Path,
     ``objectives`` has DCE columns in its history (e.g. a classification dataset)."""
     curves: dict[str, dict] = {}
     for obj in sorted((o for o in runs if o in objectives), key=objective_sort_key):
-        hists = [read_history(d / "history.csv") for d in runs[obj] if (d / "history.csv").is_file()]
+        hists = [
+            read_history(d / layout.HISTORY_FILE) for d in runs[obj] if (d / layout.HISTORY_FILE).is_file()
+        ]
         hists = [h for h in hists if any(f"{s}/{m}" in h for s in SPLITS for m in DCE_METRICS)]
         if hists:
             last = [int(h["epoch"].max()) for h in hists]
@@ -150,7 +152,7 @@ def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir:
     task = None
     for obj in sorted((o for o in runs if not layout.is_variant(o)), key=objective_sort_key):
         for d in runs[obj]:
-            if not (d / "predictions.npz").is_file() or not (d / "config.yaml").is_file():
+            if not (d / layout.PREDICTIONS_FILE).is_file() or not (d / layout.CONFIG_FILE).is_file():
                 continue  # diverged runs have no predictions
             preds, cfg = load_predictions(d), load_config(d)
             task = task_of(preds)
@@ -213,13 +215,13 @@ def draw_reproduction(
             f"no runs under {root} (expected <root>/<dataset>/<objective>/seeds/seed<k>/history.csv); "
             f"they are produced by {PRODUCER}"
         )
-    out_dir, paths = root / "figures", []
+    out_dir, paths = layout.figures_dir(root), []
     for dataset, runs in sorted(found.items()):
         paths += draw_dce_curves(dataset, runs, out_dir, objectives)
         paths += draw_dataset_calibration(dataset, runs, out_dir)
         if runs_too:
             for dirs in runs.values():
                 for d in dirs:
-                    if (d / "predictions.npz").is_file():
+                    if (d / layout.PREDICTIONS_FILE).is_file():
                         paths += draw_run_figures(d)
     return paths

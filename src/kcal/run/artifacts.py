@@ -52,8 +52,9 @@ def save_predictions(preds: dict[str, torch.Tensor], path: Path) -> None:
 
 def save_state(state: dict[str, torch.Tensor], out: Path) -> None:
     """A network's best weights as ``checkpoints/best.pt`` (a plain ``state_dict``)."""
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    torch.save(state, out / "checkpoints" / "best.pt")
+    path = layout.checkpoint_file(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)
 
 
 def write_history(history: list[dict], path: Path) -> None:
@@ -112,14 +113,14 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
         if not finite:
             metrics["epoch"] = result.best_epoch
     out.mkdir(parents=True, exist_ok=True)
-    write_history(result.history, out / "history.csv")
+    write_history(result.history, out / layout.HISTORY_FILE)
     run_info = {
         "train_seconds": result.train_seconds, "seconds_per_epoch": result.train_seconds / max(result.epochs, 1),
         "device": str(next(model.parameters()).device), "torch": torch.__version__,
         "pytorch_lightning": pl.__version__, "command": " ".join(sys.argv), "data_sources": data.info.sources,
         **(extra_run_info or {}),
     }  # fmt: skip
-    (out / "run.json").write_text(json.dumps(run_info, indent=1) + "\n")
+    (out / layout.RUN_INFO_FILE).write_text(json.dumps(run_info, indent=1) + "\n")
     write_metrics(metrics, out)
     return metrics
 

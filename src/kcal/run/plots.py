@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig
 from torch.distributions import Normal
 
+from kcal import layout
 from kcal.metrics import classification as cm
 from kcal.metrics import regression as rm
 from kcal.plotting import (
@@ -178,10 +179,10 @@ def draw_run_figures(run_dir: Path, config: DictConfig | None = None, seed: int 
         return draw_regression(
             regression_calibration(preds, recalibrator),
             _title(cfg, seed),
-            run_dir / "figures" / "calibration",
+            layout.figures_dir(run_dir) / "calibration",
         )
     return draw_classification(
         classification_calibration(preds, recalibrator),
         _title(cfg, seed),
-        run_dir / "figures" / "reliability",
+        layout.figures_dir(run_dir) / "reliability",
     )
