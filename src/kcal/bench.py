@@ -14,7 +14,7 @@ reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estima
   Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off.
 * ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
   batches (``TensorBatches``), objective, Adam, clipping and validation.
-* ``seeds``: S seeds of ``run_seeds`` (vectorised) vs S sequential ``kcal.run.run`` calls vs one run, fixed
+* ``seeds``: S seeds of ``kcal.run.train_stacked`` (vectorised) vs S sequential ``kcal.run.run`` calls vs one run, fixed
   epochs (early stopping off), wall time including evaluation and writing; also the training part alone.
 
 All runs use ``trainer.log_dce=false`` and ``figures=false`` (the per-epoch DCE curves and the per-run
@@ -47,7 +47,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from kcal import random_streams as seeding
+from kcal import random_streams
 from kcal.configs import CONFIG_DIR
 from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
@@ -133,7 +133,7 @@ def synthetic(name: str, seed: int = 0) -> DatasetSplits:
     return DatasetSplits(Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]), info)
 
 
-def prepare(cfg: DictConfig) -> Prepared:
+def prepare_or_synthetic(cfg: DictConfig) -> Prepared:
     """``kcal.run.setup.prepare``, or the same on synthetic data for a dataset absent offline."""
     try:
         return prepare_run(cfg)
@@ -225,9 +225,9 @@ def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -
     model = build(prep, cfg.seed).to(device)
     train, val = prep.data.train.to(device), prep.data.val.to(device)
     batches = TensorBatches(train.x, train.y, cfg.trainer.batch_size, shuffle=True, drop_last=True,
-                            seed=seeding.shuffle_seed(cfg.seed))  # fmt: skip
+                            seed=random_streams.shuffle_seed(cfg.seed))  # fmt: skip
     opt = adam(list(model.parameters()), cfg)  # the optimiser kcal trains with (fused where torch has it)
-    noise = seeding.generator(seeding.noise_seed(cfg.seed), device)
+    noise = random_streams.generator(random_streams.noise_seed(cfg.seed), device)
     clip = cfg.trainer.gradient_clip_val
     times = []
     for _ in range(epochs):
@@ -242,7 +242,7 @@ def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -
             opt.step()
         model.eval()
         with torch.no_grad():
-            gen = seeding.generator(seeding.eval_seed(cfg.seed), device)
+            gen = random_streams.generator(random_streams.eval_seed(cfg.seed), device)
             acc = ValidationAccumulator(prep.task)
             for s in range(0, len(val), cfg.trainer.eval_batch_size):
                 x, y = val.x[s : s + cfg.trainer.eval_batch_size], val.y[s : s + cfg.trainer.eval_batch_size]
@@ -265,14 +265,14 @@ def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:
 
 
 def run_vectorized(cfg: DictConfig, seeds: list[int], root: Path) -> tuple[float, float]:
-    """(wall seconds, training seconds) of ``run_seeds`` over ``seeds``."""
+    """(wall seconds, training seconds) of ``kcal.run.train_stacked`` over ``seeds``."""
     import json
 
-    from kcal.run import train_stacked as run_seeds
+    from kcal.run import train_stacked
 
     with quiet():
         t0 = time.perf_counter()
-        run_seeds(cfg, seeds, [root / f"seed{s}" for s in seeds], progress=False)
+        train_stacked(cfg, seeds, [root / f"seed{s}" for s in seeds], progress=False)
         wall = time.perf_counter() - t0
     return wall, json.loads((root / f"seed{seeds[0]}" / "run.json").read_text())["vectorized"][
         "chunk_train_seconds"
@@ -295,7 +295,7 @@ def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
         base_obj, mmd_obj = PAIRS[task]
         per = {}
         for obj in (base_obj, mmd_obj):
-            prep = prepare(compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small))
+            prep = prepare_or_synthetic(compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small))
             per[obj], setup = lightning_epoch_seconds(prep, (e1, e2), args.repeats)
             log(f"[{device}] {name} {obj}: {per[obj] * 1e3:.1f} ms/epoch (setup {setup:.2f} s)")
             if name in args.loop_datasets:
@@ -416,7 +416,7 @@ def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Esti
         f"dataset={name}", f"objective={obj}", "trainer.accelerator=cpu", protocol_defaults=True
     )
     t0 = time.perf_counter()
-    prep = prepare(cfg)
+    prep = prepare_or_synthetic(cfg)
     prep_s = time.perf_counter() - t0
     per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), repeats)
     dev = torch.device("cpu")

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from kcal.inputs import TASKS
+from kcal.inputs import TASKS, check_bandwidths, check_weight
 from kcal.metrics import regression as regression_metrics
 
 REGULARIZERS = {"regression": (None, "mmd"), "classification": (None, "mmd", "mmce", "kde")}
@@ -51,16 +50,11 @@ class Objective:
                 f"objective {self.name!r}: regulariser {self.regularizer!r} is not available for {self.task}; "
                 f"valid: {', '.join(str(v) for v in valid)}"
             )
-        if self.weight < 0 or not math.isfinite(self.weight):
-            raise ValueError(
-                f"objective {self.name!r}: weight must be a finite number >= 0, got {self.weight}"
-            )
+        self.weight = check_weight(f"objective {self.name!r}: weight", self.weight)
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"objective reduction must be 'mean' or 'sum', got {self.reduction!r}")
         self.params = dict(self.params)
-        for key, value in self.params.items():
-            if "bandwidth" in key and isinstance(value, int | float) and value <= 0:
-                raise ValueError(f"objective {self.name!r}: {key} must be > 0, got {value}")
+        check_bandwidths(self.params, prefix=f"objective {self.name!r}: ")
 
     def base(self, outputs, y: torch.Tensor) -> torch.Tensor:
         if self.task == "regression":

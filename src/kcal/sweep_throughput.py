@@ -28,6 +28,7 @@ from pathlib import Path
 
 import optuna
 
+from kcal import layout
 from kcal.data import get_spec
 
 DEFAULT_PAIRS = ("crime:nll_mmd", "adult:xe_mmd")
@@ -55,7 +56,7 @@ def command(dataset: str, objective: str, trials: int, jobs: int, max_epochs: in
 
 
 def finished(root: Path) -> list[optuna.trial.FrozenTrial]:
-    db = root / "sweeps.db"
+    db = layout.storage_file(root)
     if not db.is_file():
         return []
     storage = f"sqlite:///{db}"

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from kcal import random_streams as seeding
+from kcal import random_streams
 from kcal.objectives import Objective
 from kcal.run import setup
 from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests
@@ -129,8 +129,8 @@ class Member:
     def create(cls, seed: int, cfg: DictConfig, out: Path, device: torch.device) -> Member:
         """A member with its batch-order and MMD-noise generators seeded from ``seed`` on ``device``."""
         return cls(seed=seed, cfg=cfg, out=out,
-                   shuffle=torch.Generator(device=device).manual_seed(seeding.shuffle_seed(seed)),
-                   noise=seeding.generator(seeding.noise_seed(seed), device))  # fmt: skip
+                   shuffle=torch.Generator(device=device).manual_seed(random_streams.shuffle_seed(seed)),
+                   noise=random_streams.generator(random_streams.noise_seed(seed), device))  # fmt: skip
 
 
 def noise_samples(objective: Objective) -> int | None:
@@ -242,7 +242,7 @@ class Engine:
         rows = []
         for pos, i in enumerate(self.active):
             m = self.members[i]
-            gen = seeding.generator(seeding.eval_seed(m.seed), xv.device)
+            gen = random_streams.generator(random_streams.eval_seed(m.seed), xv.device)
             acc = ValidationAccumulator(self.task)
             for (s, e), out in zip(bounds, outs, strict=True):
                 o, xb, yb = member_slice(out, pos), xv[s:e], yv[s:e]
@@ -255,7 +255,7 @@ class Engine:
             if self.log_dce:
                 from kcal.diagnostics import decision_curves
 
-                seed = seeding.eval_seed(m.seed)
+                seed = random_streams.eval_seed(m.seed)
                 values |= decision_curves(
                     member_slice(train_out, pos), self.train_split.y, self.prep.threshold, "train", seed
                 )
