@@ -80,14 +80,15 @@ with open(results_file, "w") as f:
 
 
 def run_modules(
-    calls: list[tuple[str, list[str]]], env: dict | None = None, timeout: int = 300
+    calls: list[tuple[str, list[str]]], env: dict | None = None, cwd: Path | None = None, timeout: int = 300
 ) -> list[subprocess.CompletedProcess]:
-    """``python -m module *args`` for each ``(module, args)`` of ``calls``, in order, in one subprocess with
-    this environment updated by ``env``; one CompletedProcess (returncode, stdout, stderr) per call."""
+    """``python -m module *args`` for each ``(module, args)`` of ``calls``, in order, in one subprocess (in
+    ``cwd``, with this environment updated by ``env``); one CompletedProcess (returncode, stdout, stderr)
+    per call."""
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.json"
         done = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(calls), results], capture_output=True,
-                              text=True, timeout=timeout, env={**os.environ, **(env or {})})  # fmt: skip
+                              text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd)  # fmt: skip
         assert done.returncode == 0 and results.is_file(), done.stderr[-2000:]
         outcomes = json.loads(results.read_text())
     return [

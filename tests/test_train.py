@@ -2,9 +2,6 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +9,7 @@ import pytest
 from kcal.errors import ConfigError
 from kcal.run import run
 
-from .common import compose_cfg
+from .common import compose_cfg, run_modules
 from .data.conftest import needs
 
 pytestmark = needs("crime", "breast-cancer")
@@ -125,23 +122,24 @@ def test_unknown_group_option_lists_the_choices():
     assert "nll_mmmd" in msg and "nll_mmd" in msg and "xe_kde" in msg
 
 
-def _cli(*args, cwd):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _cli(*args) -> tuple[str, list[str]]:
     flags = [a for a in args if a.startswith("-")]
     overrides = [a for a in args if not a.startswith("-")]
-    return subprocess.run([sys.executable, "-m", "kcal.train", *flags, *SMALL, *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return "kcal.train", [*flags, *SMALL, *overrides]
 
 
 def test_cli_single_run_multirun_and_config_error(tmp_path, train_cli_run):
     single, run_dir = train_cli_run  # python -m kcal.train dataset=crime objective=nll ... (conftest.py)
     assert single.returncode == 0, single.stderr[-2000:]
     assert json.loads((run_dir / "metrics.json").read_text())["status"] == "ok"
-    multi = _cli("-m", "dataset=crime,breast-cancer", "dataset.max_train_rows=128", "objective=nll", "seed=0",
-                 f"hydra.sweep.dir={tmp_path / 'many'}", cwd=tmp_path)  # fmt: skip
+    # the config error first (its check of stderr is the strictest), then the multirun, in one subprocess
+    bad, multi = run_modules([
+        _cli(*REGRESSION, "trainer.batch_size=100000", f"hydra.run.dir={tmp_path / 'bad'}"),
+        _cli("-m", "dataset=crime,breast-cancer", "dataset.max_train_rows=128", "objective=nll", "seed=0",
+             f"hydra.sweep.dir={tmp_path / 'many'}"),
+    ], env={"PYTHONUNBUFFERED": "1"}, cwd=tmp_path)  # fmt: skip
     assert multi.returncode == 0, multi.stderr[-2000:]
     assert len(list(Path(tmp_path / "many").glob("*/metrics.json"))) == 2
-    bad = _cli(*REGRESSION, "trainer.batch_size=100000", f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path)
     assert bad.returncode == 2 and "config error" in bad.stderr and "Traceback" not in bad.stderr
 
 
