@@ -55,20 +55,26 @@ def test_the_wheel_ships_the_configs(installed):
     for name in ("train.yaml", "sweep.yaml", "seeds.yaml", "reproduce.yaml", "trainer/gpu.yaml",
                  "objective/nll_mmd.yaml", "profile/smoke.yaml", "experiment/local_calibration.yaml"):  # fmt: skip
         assert (configs / name).is_file(), name
-    source = {
-        p.relative_to(ROOT / "src" / "kcal" / "configs") for p in (ROOT / "src/kcal/configs").rglob("*.yaml")
-    }
+    source = {p.relative_to(ROOT / "configs") for p in (ROOT / "configs").rglob("*.yaml")}
     assert {p.relative_to(configs) for p in configs.rglob("*.yaml")} == source
 
 
 @pytest.mark.slow
 @needs("crime")
 def test_an_installed_kcal_trains_from_another_directory(installed, tmp_path):
+    """From a directory of the user's, with an objective of the user's composed from a config directory of
+    their own (Hydra's --config-dir) beside the ones the wheel ships."""
     python, env = installed
-    done = _sh(python, "-m", "kcal.train", "dataset=crime", "profile=smoke", "hydra.run.dir=run",
-               env=env | {"KCAL_CACHE_DIR": str(tmp_path / "cache")}, cwd=tmp_path)  # fmt: skip
+    mine = tmp_path / "my_configs" / "objective"
+    mine.mkdir(parents=True)
+    text = (ROOT / "configs" / "objective" / "nll.yaml").read_text()
+    (mine / "my_nll.yaml").write_text(text.replace("name: nll", "name: my_nll"))
+    done = _sh(python, "-m", "kcal.train", "--config-dir", tmp_path / "my_configs", "objective=my_nll", "dataset=crime",
+               "profile=smoke", "hydra.run.dir=run", env=env | {"KCAL_CACHE_DIR": str(tmp_path / "cache")},
+               cwd=tmp_path)  # fmt: skip
     assert "status=ok" in done.stdout
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "ok"
+    assert "name: my_nll" in (tmp_path / "run" / "config.yaml").read_text()
 
 
 def test_wheel_contents_listed_by_zip(installed):

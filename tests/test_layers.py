@@ -28,7 +28,8 @@ ORDER = list(LAYERS)
 
 def module_names() -> dict[str, Path]:
     out = {}
-    for path in sorted((SRC / "kcal").rglob("*.py")):
+    # src/kcal/configs links to the top-level configs/, which rglob does not enter
+    for path in sorted([*(SRC / "kcal").rglob("*.py"), *(SRC / "kcal" / "configs").glob("*.py")]):
         parts = list(path.relative_to(SRC).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()

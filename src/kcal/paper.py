@@ -4,7 +4,7 @@
 * :data:`PAPER_DATASETS`: the paper's datasets per task, in the paper's table order (defined with the
   dataset registry, :mod:`kcal.data.registry`, which marks them ``in_paper``);
 * :data:`PAPER_OBJECTIVES`: the objectives the paper compares per task (configs in
-  ``kcal/configs/objective/``), in table order;
+  ``configs/objective/``), in table order;
 * :data:`RESULT_COLUMNS`: the columns of the tidy per-metric results that :mod:`kcal.seeds` writes and
   :mod:`kcal.tables` reads.
 """

@@ -2,7 +2,7 @@
 
 Runs live in ``<root>/<dataset>/<objective>/`` (``root`` defaults to :data:`kcal.layout.LOCAL_ROOT`),
 one :func:`kcal.run.run` output each, objectives ``nll`` and ``nll_mmd_local``
-(``kcal/configs/experiment/local_calibration.yaml``). :func:`kcal.local_calibration.train_local` produces them;
+(``configs/experiment/local_calibration.yaml``). :func:`kcal.local_calibration.train_local` produces them;
 :func:`draw_local_maps` redraws from them into ``<root>/figures/``:
 
 * ``lce_<dataset>.{png,pdf}``: the test split's locations on a longitude/latitude scatter coloured by
