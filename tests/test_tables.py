@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kcal import claims as C
+from kcal import table_cells as TC
 from kcal import tables as T
 
 # --------------------------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ def _parse_cell(cell: str) -> tuple[bool, float | None, float | None]:
 EXPECTED_FILES = {
     f"{stem}_{fl}{ext}"
     for fl in ("exact", "official")
-    for stem, ext in [(t.slug, ".tex") for t in T.TABLES.values()]
+    for stem, ext in [(t.slug, ".tex") for t in TC.TABLES.values()]
     + [("tables", ".tex"), ("comparison", ".md"), ("comparison", ".csv")]
 } | {"claims.md"}
 
@@ -283,7 +285,7 @@ def test_regression_table_shows_the_csv_numbers_and_bolds_the_best(written, flav
     assert len(rows) == 5 * 4  # every paper dataset has a block, run or not
     ours = df[df.flavour == flavour].set_index(["dataset", "objective", "recalibrator", "metric"])
     order = [("nll", "none"), ("nll", "post-hoc"), ("nll_mmd", "none"), ("nll_mmd", "post-hoc")]
-    for b, ds in enumerate(T.REGRESSION):
+    for b, ds in enumerate(TC.REGRESSION):
         block = rows[4 * b : 4 * b + 4]
         assert f"\\textsc{{{ds}}}" in block[0][0]
         for c, metric in enumerate(("nll", "qce", "dce")):
@@ -311,7 +313,7 @@ def test_classification_tables_scale_accuracy_and_bold_the_highest(written):
         ours = df[(df.flavour == "exact") & (df.recalibrator == recal)].set_index(
             ["dataset", "objective", "metric"]
         )
-        for b, ds in enumerate(T.CLASSIFICATION):
+        for b, ds in enumerate(TC.CLASSIFICATION):
             block = rows[4 * b : 4 * b + 4]
             if ds not in CLS_PRESENT:
                 assert all(c == "---" for r in block for c in r[2:])
@@ -336,12 +338,12 @@ def test_sample_size_and_decision_kernel_tables(written):
     assert "\\pm" not in tex  # means only, like the paper
     first = max(_tabulars(tex), key=lambda sb: len(sb[0]))[1]
     rows = [[c.strip() for c in r] for r in _split_depth0(first)[:-1]][2:]
-    assert [r[0].split()[-1] for r in rows] == [str(s) for s in T.SAMPLE_SIZES]
+    assert [r[0].split()[-1] for r in rows] == [str(s) for s in TC.SAMPLE_SIZES]
     crime_nll = [_parse_cell(r[1])[1] for r in rows]
     ours = df[(df.flavour == "exact") & (df.dataset == "crime") & (df.metric == "nll")].set_index(
         "objective"
     )["mean"]
-    for s, v in zip(T.SAMPLE_SIZES, crime_nll, strict=True):
+    for s, v in zip(TC.SAMPLE_SIZES, crime_nll, strict=True):
         key = f"nll_mmd@samples={s}"
         assert v == (float(f"{ours[key]:.3f}") if key in ours.index else None)
     assert [_parse_cell(r[1])[0] for r in rows] == [
@@ -395,28 +397,28 @@ def test_comparison_markdown_and_csv_put_ours_next_to_the_paper(written):
 
 
 def test_cell_verdicts_on_hand_made_numbers():
-    assert T.compare_cell(1.00, 0.03, 1.05, 0.04)["verdict"] == "within 2 SE"  # |0.05| <= 2 * 0.05
-    c = T.compare_cell(1.00, 0.01, 1.05, 0.01)  # tolerance 2 * sqrt(2) * 0.01 = 0.028
+    assert TC.compare_cell(1.00, 0.03, 1.05, 0.04)["verdict"] == "within 2 SE"  # |0.05| <= 2 * 0.05
+    c = TC.compare_cell(1.00, 0.01, 1.05, 0.01)  # tolerance 2 * sqrt(2) * 0.01 = 0.028
     assert c["verdict"] == "differs" and c["combined_se"] == pytest.approx(math.sqrt(2) * 0.01)
     assert c["diff"] == pytest.approx(-0.05) and c["tolerance"] == pytest.approx(2 * math.sqrt(2) * 0.01)
     assert (
-        T.compare_cell(1.00, 0.02, 1.03, float("nan"))["verdict"] == "within 2 SE"
+        TC.compare_cell(1.00, 0.02, 1.03, float("nan"))["verdict"] == "within 2 SE"
     )  # no paper SE: ours only
-    assert T.compare_cell(1.00, 0.02, 1.05, float("nan"))["verdict"] == "differs"
-    assert T.compare_cell(float("nan"), float("nan"), 1.0, 0.1)["verdict"] == "not run"
-    assert T.compare_cell(1.0, 0.1, float("nan"), float("nan"))["verdict"] == "no paper value"
+    assert TC.compare_cell(1.00, 0.02, 1.05, float("nan"))["verdict"] == "differs"
+    assert TC.compare_cell(float("nan"), float("nan"), 1.0, 0.1)["verdict"] == "not run"
+    assert TC.compare_cell(1.0, 0.1, float("nan"), float("nan"))["verdict"] == "no paper value"
 
 
 def test_best_mask_ties_at_printed_precision():
-    assert T.best_mask([0.0501, 0.0499, 0.0506, float("nan")], lower_is_better=True) == [
+    assert TC.best_mask([0.0501, 0.0499, 0.0506, float("nan")], lower_is_better=True) == [
         True,
         True,
         False,
         False,
     ]
-    assert T.best_mask([95.1, 95.3, float("nan")], lower_is_better=False) == [False, True, False]
-    assert T.best_mask([float("nan")] * 2, lower_is_better=True) == [False, False]
-    assert T.fmt(-0.0002) == "0.000"
+    assert TC.best_mask([95.1, 95.3, float("nan")], lower_is_better=False) == [False, True, False]
+    assert TC.best_mask([float("nan")] * 2, lower_is_better=True) == [False, False]
+    assert TC.fmt(-0.0002) == "0.000"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -458,8 +460,8 @@ def _claims_results() -> pd.DataFrame:
 
 
 def test_claim_verdicts_on_hand_constructed_results():
-    lines = {line.split(" ")[0]: line for line in T.claims_summary(_claims_results())}
-    assert set(lines) == {c.id for c in T.CLAIMS}
+    lines = {line.split(" ")[0]: line for line in C.claims_summary(_claims_results())}
+    assert set(lines) == {c.id for c in C.CLAIMS}
     assert lines["R1"] == (
         "R1 (every dataset) NLL + MMD has lower QCE than NLL on every regression dataset — "
         "exact: holds on 2/2 datasets run → supported; "
@@ -486,14 +488,14 @@ def test_claim_verdicts_on_hand_constructed_results():
 
 
 def test_claims_are_data_and_the_markdown_lists_them(written):
-    for c in T.CLAIMS:
-        table = T.TABLES[c.table]
+    for c in C.CLAIMS:
+        table = TC.TABLES[c.table]
         assert c.direction in {"lower", "higher", "comparable"} and c.quantifier in {"every", "most"}
         assert {r.key for r in table.rows} >= set(c.ours + c.others) and table.metric(c.metric)
-    assert {"R1", "R2", "R3", "R4", "C1", "C2", "C3", "C4a", "C4b", "D1"} <= {c.id for c in T.CLAIMS}
+    assert {"R1", "R2", "R3", "R4", "C1", "C2", "C3", "C4a", "C4b", "D1"} <= {c.id for c in C.CLAIMS}
     df, paths = written
     md = paths["claims"].read_text()
-    for line in T.claims_summary(df):
+    for line in C.claims_summary(df):
         assert f"- {line}" in md
     assert "| R1 | exact | crime |" in md
 
@@ -516,7 +518,7 @@ def test_duplicated_cells_and_missing_columns_are_rejected(tmp_path):
         T.write_tables(tmp_path / "dup.csv", tmp_path / "o")
     df.drop(columns="se").to_csv(tmp_path / "cols.csv", index=False)
     with pytest.raises(ValueError, match="se"):
-        T.load_results(tmp_path / "cols.csv")
+        TC.load_results(tmp_path / "cols.csv")
 
 
 @pytest.mark.parametrize("profile", ["smoke", "full"])

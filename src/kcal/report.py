@@ -40,17 +40,11 @@ from pathlib import Path
 import pandas as pd
 
 from kcal import layout
+from kcal.claims import claims_summary, profile_note
 from kcal.selection import selected, value_of
 from kcal.studies import COUNTED_FAILURES, STATUS
-from kcal.tables import (
-    FLAVOURS,
-    claims_summary,
-    comparison_frame,
-    fmt,
-    load_results,
-    profile_note,
-    write_tables,
-)
+from kcal.table_cells import FLAVOURS, comparison_frame, fmt, load_results
+from kcal.tables import write_tables
 
 GENERATED = re.compile(
     r"(<!-- kcal\.report:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /kcal\.report -->)", re.S

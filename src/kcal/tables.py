@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kcal.claims import CLAIMS, claims_markdown, claims_summary, profile_note
+from kcal.claims import claims_markdown, claims_summary, profile_note
 from kcal.table_cells import (
     CLASSIFICATION,
     FLAVOUR_CAPTION,
@@ -53,12 +53,10 @@ from kcal.table_cells import (
     MISSING_MD,
     MISSING_TEX,
     REGRESSION,
-    SAMPLE_SIZES,
     TABLES,
     Table,
     best_mask,
     cell_frame,
-    compare_cell,
     comparison_frame,
     dataset_info,
     fmt,
@@ -67,11 +65,12 @@ from kcal.table_cells import (
     normalise_results,
 )
 
-__all__ = [  # the cells and claims are re-exported: kcal.tables is the entry point of publishing
-    "CLAIMS", "CLASSIFICATION", "FLAVOURS", "REGRESSION", "SAMPLE_SIZES", "TABLES", "best_mask", "claims_summary",
-    "compare_cell", "comparison_frame", "comparison_markdown", "fmt", "latex_table", "load_results", "main",
-    "profile_note", "write_tables",
-]  # fmt: skip
+__all__ = [
+    "comparison_markdown",
+    "latex_table",
+    "main",
+    "write_tables",
+]  # the cells: kcal.table_cells; claims: kcal.claims
 
 
 # --------------------------------------------------------------------------------------------------
