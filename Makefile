@@ -27,8 +27,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# Test worker processes (pytest-xdist; 0: every test in one process). Workers steal queued tests from each
+# other, so the long end-to-end tests spread over both cores of a 2-core machine.
+TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests scripts
