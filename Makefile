@@ -12,7 +12,7 @@ export KCAL_DATA_DIR ?= $(abspath ../shared/datasets)
 
 .PHONY: install test lint data clean-venv reproduce-regression reproduce-classification bench figures
 
-# Profile of the reproduction: full (the paper: 100 trials, 50 seeds), quick, smoke (src/kcal/configs/profile/)
+# Profile of the reproduction: full (the paper: 100 trials, 50 seeds), quick, smoke (configs/profile/)
 PROFILE ?= full
 # Worker processes of a reproduction (empty: the CPU count; 1: one after the other)
 JOBS ?=
