@@ -322,3 +322,22 @@ def test_logsumexp_truncated_is_torch_logsumexp_on_dirichlet_log_kernels():
     x[0, 1] = 2.0
     x[2, 0] = float("inf")
     assert torch.equal(logsumexp_truncated(x, -1), torch.logsumexp(x, -1))
+
+
+@pytest.mark.parametrize("chunk", [1, 3 * 16 * 16, 1 << 20])
+def test_loo_log_likelihood_in_blocks_equals_the_whole_dirichlet_log_kernel(monkeypatch, chunk):
+    """The blocked G / h - log B form gives the LOO log-likelihood of dirichlet_log_kernel + logsumexp,
+    whatever the block size (1 candidate, 3 candidates and a partial last block, all 20 at once)."""
+    import kcal.baselines as baselines
+
+    monkeypatch.setattr(baselines, "LOO_CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(3)
+    for m, scale in ((2, 0.5), (7, 4.0)):
+        probs = torch.softmax(torch.randn(16, m, generator=g, dtype=DT) * scale, -1)
+        grid = default_bandwidth_grid(dtype=DT)
+        direct = torch.logsumexp(dirichlet_log_kernel(probs, grid), -1) - math.log(15)
+        for authors in (False, True):
+            norm = torch.log(grid).unsqueeze(-1) if authors else 0.0
+            expected = (direct - norm).sum(-1)
+            torch.testing.assert_close(loo_log_likelihood(probs, grid, authors=authors), expected, rtol=1e-10,
+                                       atol=1e-8)  # fmt: skip
