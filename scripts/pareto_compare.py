@@ -25,6 +25,7 @@ from kcal import fronts, layout
 from kcal.data import get_spec
 from kcal.paper import PAPER_OBJECTIVES
 from kcal.selection import metric_names
+from kcal.studies import counted
 
 
 def load_studies(root: Path, dataset: str) -> tuple[str, dict[str, optuna.Study]]:
@@ -75,7 +76,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---|---|")
     for obj, pts in points.items():
         entry: dict = {
-            "trials": len(pts),
+            "trials": len(pts),  # completed
+            "counted": counted(studies[obj])[0],  # completed + diverged or invalid: the n_trials budget
             "front": [int(trials[obj][i].number) for i in fronts.pareto_front(pts)],
         }
         for rule in fronts.RULES:

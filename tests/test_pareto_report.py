@@ -101,3 +101,13 @@ def test_the_readme_check_command_passes_from_the_repository_root():
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "every generated block matches the package data" in done.stdout
+
+
+def test_diverged_trials_count_towards_the_budget_of_a_verdict():
+    """crime's NLL study: 100 trials of which 36 diverged; the verdict needs the budget, not 100 completions."""
+    from kcal.pareto_report import budget, min_trials
+
+    nll = {"trials": 64, "counted": 100}
+    assert budget(nll) == 100 and budget({"trials": 100}) == 100
+    assert min_trials({"objectives": {"nll": nll, "nll_mmd": {"trials": 100, "counted": 100}}}) == 100
+    assert min_trials({"objectives": {"nll": {"trials": 64, "counted": 70}}}) == 70

@@ -61,7 +61,8 @@ TEST_METRICS = {  # (metric, header, recalibrated?) in the order of the test tab
 }  # fmt: skip
 CALIBRATION_METRIC = {"classification": "ece", "regression": "qce"}
 NAMES = {"xe": "XE", "xe_mmce": "XE + MMCE", "xe_kde": "XE + ECE-KDE", "xe_mmd": "XE + MMD", "nll": "NLL",
-         "nll_mmd": "NLL + MMD"}  # fmt: skip
+         "nll_mmd": "NLL + MMD",
+         "nll_mmd_tanh": "NLL + MMD (tanh)"}  # fmt: skip
 
 
 def data_dir() -> Path:
@@ -84,8 +85,14 @@ def task_of(fronts: dict) -> str:
     return "classification" if fronts["plain"] in PAPER_OBJECTIVES["classification"] else "regression"
 
 
+def budget(entry: dict) -> int:
+    """Trials that count towards the study's n_trials: completed, diverged or invalid (older fronts.json
+    files, from studies where none failed, hold only the completed count)."""
+    return int(entry.get("counted", entry["trials"]))
+
+
 def min_trials(fronts: dict) -> int:
-    return min(int(e["trials"]) for e in fronts["objectives"].values())
+    return min(budget(e) for e in fronts["objectives"].values())
 
 
 def perfect(*entries: dict) -> bool:
@@ -132,7 +139,12 @@ def fronts_table(fronts: dict) -> str:
             cells = [f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]", f"{d['share_b_greater']:.2f}",
                      f"{cmp_['dominated_a_by_b']['estimate']:.2f}", f"{cmp_['dominated_b_by_a']['estimate']:.2f}",
                      front_verdict(cmp_, min_trials(fronts), perfect(fronts["objectives"][plain], entry))]  # fmt: skip
-        lines.append(f"| {name(obj)} | {entry['trials']} | {len(entry['front'])} | {cells[0]} | {cells[1]} | "
+        trials = (
+            f"{budget(entry)} ({entry['trials']} finished)"
+            if budget(entry) != entry["trials"]
+            else entry["trials"]
+        )
+        lines.append(f"| {name(obj)} | {trials} | {len(entry['front'])} | {cells[0]} | {cells[1]} | "
                      f"{cells[2]} | {cells[3]} | {share} | {cells[4]} |")  # fmt: skip
     return "\n".join(lines)
 
