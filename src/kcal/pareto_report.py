@@ -55,9 +55,10 @@ FULL_TRIALS, FULL_SEEDS = 100, 20  # fewer trials per study or seeds per point: 
 PERFECT = 1e-6  # fronts of one point below this on both metrics: ~(0, 0), nothing to rank
 TEST_METRICS = {  # (metric, header, recalibrated?) in the order of the test table
     "classification": [("acc", "accuracy (%)", False), ("ece", "ECE", False), ("nll", "NLL", False),
-                       ("entropy", "entropy", False), ("ece", "ECE after temperature scaling", True)],
+                       ("entropy", "entropy", False), ("ece", "ECE after temperature scaling", True),
+                       ("nll", "NLL after temperature scaling", True)],
     "regression": [("qce", "QCE", False), ("dce", "DCE", False), ("nll", "NLL", False), ("crps", "CRPS", False),
-                   ("qce", "QCE after recalibration", True)],
+                   ("qce", "QCE after recalibration", True), ("nll", "NLL after recalibration", True)],
 }  # fmt: skip
 CALIBRATION_METRIC = {"classification": "ece", "regression": "qce"}
 NAMES = {"xe": "XE", "xe_mmce": "XE + MMCE", "xe_kde": "XE + ECE-KDE", "xe_mmd": "XE + MMD", "nll": "NLL",
