@@ -200,7 +200,9 @@ def difference(a: tuple[float, float, int], b: tuple[float, float, int]) -> tupl
     """(b − a, the difference in combined standard errors)."""
     d = b[0] - a[0]
     se = math.hypot(a[1], b[1])
-    return d, (d / se if se > 0 else math.inf * (1 if d > 0 else -1 if d < 0 else 0))
+    if se > 0:
+        return d, d / se
+    return d, math.copysign(math.inf, d) if d else 0.0  # no spread: any difference is certain
 
 
 def point_verdicts(fronts: dict, results: pd.DataFrame) -> list[str]:
@@ -222,7 +224,7 @@ def point_verdicts(fronts: dict, results: pd.DataFrame) -> list[str]:
         if min(ref_c[2], got_c[2]) < FULL_SEEDS:
             out.append(f"{name(obj)}, rule {RULE_LABEL[rule]}: no verdict ({min(ref_c[2], got_c[2])} seeds).")
             continue
-        dc, zc = difference(ref_c, got_c)
+        _, zc = difference(ref_c, got_c)  # the QCE / ECE values themselves are printed
         dn, zn = difference(ref_n, got_n)
         verdict = (
             "improves calibration"
