@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = {
     "foundation": ["kcal", "kcal.errors", "kcal.layout", "kcal.inputs", "kcal.random_streams", "kcal.formula",
                    "kcal.progress", "kcal.storage_url", "kcal.configs", "kcal.resources"],
-    "library": ["kcal.kernels", "kcal.mmd", "kcal.mmd_fused", "kcal.baselines", "kcal.calibration_forms",
+    "library": ["kcal.kernels", "kcal.mmd", "kcal.mmd_fused", "kcal.mmd_steps", "kcal.baselines", "kcal.calibration_forms",
                 "kcal.metrics", "kcal.losses", "kcal.recalibration", "kcal.data", "kcal.models", "kcal.objectives",
                 "kcal.evaluation", "kcal.diagnostics", "kcal.fronts", "kcal.plotting", "kcal.paper"],
     "run": ["kcal.run", "kcal.train"],

@@ -52,6 +52,7 @@ __all__ = [
     "point_estimate",
     "product",
     "rbf",
+    "rbf_offdiag",
     "sq_dist",
     "tanh_decision",
     "threshold_family",
@@ -159,6 +160,23 @@ def rbf(a: Tensor, b: Tensor, bandwidth: float = 1.0) -> Tensor:
     if _no_graph(d2):
         return d2.mul_(-1.0 / bandwidth).exp_()
     return torch.exp(d2 / (-bandwidth))
+
+
+def rbf_offdiag(x: Tensor, bandwidth: float) -> Tensor:
+    """``W_ij = exp(-||x_i - x_j||^2 / bandwidth)`` for ``i != j`` and ``W_ii = 0``, for ``x`` of shape ``(n, d)``
+    outside any autograd graph: the off-diagonal weight of the MMD U-statistics with an RBF kernel on x.
+
+    The same operations as ``rbf(x, x, bandwidth)`` (so the same values off the diagonal) without its
+    argument checks: for callers that checked ``bandwidth`` once and call this every training step.
+    """
+    if x.shape[-1] <= _DIRECT_MAX_DIM:
+        d2 = (x.unsqueeze(-2) - x.unsqueeze(-3)).square().sum(-1)
+    else:
+        x2 = x.square().sum(-1, keepdim=True)
+        d2 = torch.addmm(x2 + x2.T, x, x.T, alpha=-2.0).clamp_min_(0.0)
+    w = d2.mul_(-1.0 / bandwidth).exp_()
+    w.diagonal().zero_()
+    return w
 
 
 def laplacian(a: Tensor, b: Tensor, bandwidth: float = 1.0) -> Tensor:

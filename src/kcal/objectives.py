@@ -55,6 +55,13 @@ class Objective:
             raise ValueError(f"objective reduction must be 'mean' or 'sum', got {self.reduction!r}")
         self.params = dict(self.params)
         check_bandwidths(self.params, prefix=f"objective {self.name!r}: ")
+        self.mmd_step = None
+        if self.regularizer == "mmd":
+            from kcal.mmd import classification_mmd
+            from kcal.mmd_steps import MMDStep
+
+            params = self.params if self.task == "regression" else _accepted(classification_mmd, self.params)
+            self.mmd_step = MMDStep(self.task, params)
 
     def base(self, outputs, y: torch.Tensor) -> torch.Tensor:
         if self.task == "regression":
@@ -65,21 +72,9 @@ class Objective:
                        eps: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """The regulariser on one batch; ``generator`` (or explicit standard-normal ``eps``) drives the
         regression MMD's forecast samples."""
-        if self.task == "regression":
-            from kcal.mmd import regression_mmd
-
-            extra = (
-                {"eps": eps}
-                if eps is not None
-                else ({"generator": generator} if generator is not None else {})
-            )
-            return regression_mmd(outputs, y, x, **self.params, **extra)
+        if self.mmd_step is not None:
+            return self.mmd_step(outputs, y, x, generator=generator, eps=eps)
         probs = torch.softmax(outputs, dim=-1)
-        if self.regularizer == "mmd":
-            from kcal.mmd import classification_mmd
-
-            params = _accepted(classification_mmd, self.params)
-            return classification_mmd(probs, y, x, **params, validate_args=False)
         if self.regularizer == "mmce":
             from kcal.baselines import mmce
 
