@@ -15,7 +15,13 @@ def test_quick_benchmark_writes_csv_and_markdown(tmp_path, capsys):
     assert bench.main(["--quick", "--devices", "cpu", "--out", str(tmp_path)]) == 0
     rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
     measures = {r["measure"] for r in rows}
-    assert {"mmd_overhead", "loop_overhead", "seeds_vs_sequential", "seeds_vs_one"} <= measures
+    assert {
+        "mmd_overhead",
+        "loop_overhead",
+        "seeds_vs_sequential",
+        "seeds_vs_one",
+        "seeds_vs_arithmetic",
+    } <= measures
     assert {r["dataset"] for r in rows if r["measure"] == "mmd_overhead"} == {"crime", "breast-cancer"}
     for r in rows:
         assert float(r["a_seconds"]) == float(r["a_seconds"]) and r["device"] == "cpu"

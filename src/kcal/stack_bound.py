@@ -1,0 +1,183 @@
+"""The arithmetic of K models alone: a plain batched torch loop, the bound a stack of seed reruns can reach.
+
+A stack of K seeds (:mod:`kcal.run.engine` with K members) cannot be cheaper than the arithmetic of K
+networks and K regularisers. This module times that arithmetic written as plainly and as batched as torch
+allows, with no bookkeeping at all: every member's parameters stacked along dim 0, ``baddbmm`` + ReLU
+layers (training-mode ``batch_norm`` over K x width channels when the config has it), the objective on
+(K, n) batches in one pass (Gaussian NLL or cross-entropy; the regression MMD of ``nll_mmd`` with
+index-paired draws, or the classification MMD of ``xe_mmd``, both with an RBF kernel on x), per-member
+gradient clipping, fused Adam, and each epoch a validation forward with the objective. The numbers are
+random and nothing is recorded: this is a timing bound, not a trainer.
+
+``python -m kcal.bench --seeds-dataset crime --seed-objectives nll nll_mmd`` reports
+``kcal stack / this loop`` as ``seeds_vs_arithmetic`` next to ``seeds_vs_one``: where 50 models' arithmetic
+alone costs more than 3 single runs, the stack's target is 1.2x this bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from kcal.metrics.regression import LOG_2PI
+from kcal.run.setup import Prepared
+
+__all__ = ["BOUND_OBJECTIVES", "StackedIndexRBFMMD", "plain_stack_epoch_seconds", "stacked_rbf_weight"]
+
+#: objectives whose batched arithmetic this module writes out
+BOUND_OBJECTIVES = ("nll", "nll_mmd", "xe", "xe_mmd")
+
+
+def _mlp_params(k: int, sizes: list[int], device, gen) -> list[torch.Tensor]:
+    params = []
+    for d_in, d_out in zip(sizes[:-1], sizes[1:], strict=True):
+        bound = 1.0 / math.sqrt(d_in)
+        params.append((torch.rand(k, d_out, d_in, generator=gen, device=device) * 2 - 1).mul_(bound))
+        params.append((torch.rand(k, d_out, generator=gen, device=device) * 2 - 1).mul_(bound))
+    return [p.requires_grad_() for p in params]
+
+
+def _forward(params, h, bn: list | None, eps_bn: float = 1e-5):
+    k = h.shape[0]
+    layers = len(params) // 2
+    for i in range(layers):
+        w, b = params[2 * i], params[2 * i + 1]
+        h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+        if i < layers - 1:
+            if bn is not None:
+                gamma, beta = bn[i]
+                n, width = h.shape[1], h.shape[2]
+                flat = h.transpose(0, 1).reshape(n, k * width)
+                h = (
+                    F.batch_norm(flat, None, None, gamma, beta, True, 0.1, eps_bn)
+                    .reshape(n, k, width)
+                    .transpose(0, 1)
+                )
+            h = h.relu()
+    return h
+
+
+def stacked_rbf_weight(x: torch.Tensor, h: float) -> torch.Tensor:
+    """``exp(-||x_ki - x_kj||^2 / h)`` off the diagonal and 0 on it, for K point sets ``x`` ``(K, n, d)``."""
+    x2 = x.square().sum(-1, keepdim=True)
+    d2 = torch.baddbmm(x2 + x2.transpose(1, 2), x, x.transpose(1, 2), alpha=-2.0).clamp_min_(0.0)
+    w = d2.mul_(-1.0 / h).exp_()
+    w.diagonal(dim1=-2, dim2=-1).zero_()
+    return w
+
+
+class StackedIndexRBFMMD(torch.autograd.Function):
+    """K index-paired RBF MMD^2 sums at once, gradient w.r.t. the draws formed in the forward pass (the
+    arithmetic of :class:`kcal.mmd_fused.RBFIndexMMD` over a leading member dimension)."""
+
+    @staticmethod
+    def forward(ctx, f, y, w, h, need):  # f (K, M, n), y (K, n), w (K, n, n)
+        m, c, wk = f.shape[1], -1.0 / h, w.unsqueeze(1)
+        d = f.unsqueeze(-1) - f.unsqueeze(-2)
+        e = torch.mul(d, d).mul_(c).exp_().mul_(wk)
+        s_ff = e.sum((-3, -2, -1))
+        g = e.mul_(d).sum(-1) if need else None
+        d = y.unsqueeze(1).unsqueeze(-1) - f.unsqueeze(-2)
+        e = torch.mul(d, d).mul_(c).exp_().mul_(wk)
+        s_tf = e.sum((-3, -2, -1))
+        if need:
+            ctx.save_for_backward((g + e.mul_(d).sum(-2)).mul_(-4.0 / (h * m)))
+        dy = y.unsqueeze(-1) - y.unsqueeze(-2)
+        s_tt = (torch.mul(dy, dy).mul_(c).exp_() * w).sum((-2, -1))
+        return s_tt + (s_ff - 2.0 * s_tf) / m
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        (g,) = ctx.saved_tensors
+        return g * grad_out[:, None, None], None, None, None, None
+
+
+def _objective(prep: Prepared, out, x, y, gen):
+    """(K,) losses of the objective on (K, n) batches, written plainly."""
+    obj, task = prep.objective, prep.task
+    n = y.shape[1]
+    if task == "regression":
+        mean, std = out[..., 0], out[..., 1].exp().clamp_min(float(prep.cfg.model.min_std))
+        loss = (torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI).mean(-1)
+        if obj.regularizer == "mmd" and obj.weight != 0:
+            p = obj.params
+            h_y, m = float(p.get("bandwidth_y", 1.0)), int(p.get("num_samples", 10))
+            eps = torch.randn((y.shape[0], m, n), generator=gen, device=y.device)
+            f = mean.unsqueeze(1) + std.unsqueeze(1) * eps  # (K, M, n)
+            w = stacked_rbf_weight(x, float(p["bandwidth_z"]))  # (K, n, n)
+            need = f.requires_grad and torch.is_grad_enabled()
+            mmd = StackedIndexRBFMMD.apply(f, y, w, h_y, need) / (n * (n - 1))
+            loss = loss + obj.weight * mmd
+        return loss
+    logits = out
+    loss = (
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+        .view(y.shape)
+        .mean(-1)
+    )
+    if obj.regularizer == "mmd" and obj.weight != 0:
+        p = obj.params
+        mcls = logits.shape[-1]
+        k_y = torch.full((mcls, mcls), math.exp(-2.0 / float(p.get("bandwidth_y", 0.1))), device=y.device)
+        k_y.fill_diagonal_(1.0)
+        d = F.one_hot(y, mcls).to(logits.dtype) - torch.softmax(logits, -1)
+        w = stacked_rbf_weight(x, float(p["bandwidth_z"]))
+        loss = loss + obj.weight * (torch.bmm(w, d @ k_y) * d).sum((-2, -1)) / (n * (n - 1))
+    return loss
+
+
+def plain_stack_epoch_seconds(prep: Prepared, k: int, epochs: int = 3) -> float:
+    """Median seconds of one epoch (training steps + validation) of ``k`` models trained as one batched loop
+    on ``prep``'s data, architecture, batch size, objective, clipping and optimiser settings."""
+    if prep.objective.name not in BOUND_OBJECTIVES:
+        raise ValueError(
+            f"no plain batched loop for objective {prep.objective.name!r}; valid: {list(BOUND_OBJECTIVES)}"
+        )
+    cfg, t = prep.cfg, prep.cfg.trainer
+    dev = prep.data.train.x.device
+    x, y = prep.data.train.x, prep.data.train.y
+    xv, yv = prep.data.val.x, prep.data.val.y
+    out_dim = 2 if prep.task == "regression" else int(prep.data.info.m)
+    widths = [int(w) for w in cfg.model.widths]
+    gen = torch.Generator(device=dev).manual_seed(0)
+    params = _mlp_params(k, [x.shape[1], *widths, out_dim], dev, gen)
+    bn = None
+    if bool(cfg.model.batchnorm):
+        bn = [(torch.ones(k * w, device=dev, requires_grad=True), torch.zeros(k * w, device=dev, requires_grad=True))
+              for w in widths]  # fmt: skip
+    every = params + [p for pair in bn or [] for p in pair]
+    opt = torch.optim.Adam(every, lr=float(t.lr), weight_decay=float(t.weight_decay), fused=True)
+    clip = float(t.gradient_clip_val) if t.gradient_clip_val else None
+    n, bs = x.shape[0], int(t.batch_size)
+    ebs = int(t.eval_batch_size)
+    gens = [torch.Generator(device=dev).manual_seed(s) for s in range(k)]
+    times = []
+    for _ in range(epochs + 1):
+        t0 = time.perf_counter()
+        perms = torch.stack([torch.randperm(n, generator=g, device=dev) for g in gens])
+        for b in range(n // bs):
+            idx = perms[:, b * bs : (b + 1) * bs]
+            xb, yb = x[idx], y[idx]
+            loss = _objective(prep, _forward(params, xb, bn), xb, yb, gen).sum()
+            for p in every:
+                p.grad = None
+            loss.backward()
+            if clip is not None:
+                norms = torch.stack([p.grad.reshape(k, -1).norm(dim=1) for p in params], 1).norm(dim=1)
+                scale = (clip / (norms + 1e-6)).clamp_(max=1.0)
+                for p in params:
+                    p.grad.mul_(scale.view(-1, *([1] * (p.dim() - 1))))
+            opt.step()
+        with torch.no_grad():
+            for s in range(0, xv.shape[0], ebs):
+                xb = xv[s : s + ebs].expand(k, -1, -1)
+                yb = yv[s : s + ebs].expand(k, -1)
+                if xb.shape[1] >= 2:
+                    float(_objective(prep, _forward(params, xb, bn), xb, yb, gen).sum())
+        times.append(time.perf_counter() - t0)
+    times = sorted(times[1:])
+    return times[len(times) // 2]
