@@ -4,8 +4,9 @@ trials are counted, and which trial is selected.
 * The study lives in a database (default SQLite ``<root>/sweeps.db``; any SQLAlchemy URL, e.g.
   ``sweep.storage=postgresql://...``), so re-running a sweep resumes it and several workers, started
   independently on one or more machines, share it. The embedded SQLite file is opened in WAL mode with a
-  60 s busy timeout (``scripts/bench_storage.py`` measures it against Optuna's journal file storage,
-  which has no heartbeats); a server URL serves several machines.
+  60 s busy timeout and ``synchronous=NORMAL`` (:func:`sqlite_connection`; ``scripts/bench_storage.py``
+  measures it against Optuna's journal file storage, which has no heartbeats); a server URL serves several
+  machines.
 * A study is named ``sweep.study_name`` plus the selection's suffix (:mod:`kcal.layout`); under
   ``sweep.selection=pareto`` it is multi-objective (:mod:`kcal.selection`).
 * :func:`counted` is what a study's ``sweep.n_trials`` counts: completed trials and trials that failed for
@@ -15,6 +16,7 @@ trials are counted, and which trial is selected.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sqlite3
 import time
@@ -66,7 +68,7 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
             con.execute("PRAGMA journal_mode=WAL")
         finally:
             con.close()
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+        engine_kwargs = {"creator": functools.partial(sqlite_connection, url[len("sqlite:///") :])}
     grace = cfg.sweep.get("grace_period")
     for attempt in range(3):
         try:
@@ -88,6 +90,20 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
         except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
             raise StorageUnavailable(unavailable_message(url, exc)) from None
     raise AssertionError("unreachable")
+
+
+def sqlite_connection(path: str) -> sqlite3.Connection:
+    """A connection to the study file: 60 s busy timeout, ``synchronous=NORMAL``.
+
+    In WAL mode NORMAL syncs the file at checkpoints instead of at every commit: a commit cannot be lost
+    when a process dies (only when the machine loses power, and then the file stays consistent), and
+    it costs 0.7 ms instead of 5.6 ms on this project's machine (a trial commits ~15-35 times: its
+    attributes, its heartbeats, its state). The pool hands a connection to one thread at a time
+    (Optuna's heartbeat thread included), so it need not stay in the thread that made it.
+    """
+    con = sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
+    con.execute("PRAGMA synchronous=NORMAL")
+    return con
 
 
 def unavailable_message(url: str, exc: Exception) -> str:
