@@ -150,6 +150,19 @@ def test_seed_rerun_resumes_without_recomputing_finished_seeds(tmp_path):
     assert set(summary["n"]) == {3}
 
 
+@pytest.mark.parametrize("limit, drawn", [(None, [0, 1, 2]), (1, [0])])
+def test_seed_reruns_draw_per_run_figures_for_seeds_below_the_limit(tmp_path, limit, drawn):
+    overrides = ["dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "seeds_run.use_best=false",
+                 "seeds_run.n_seeds=3", "figures=true"] + ([] if limit == 1 else ["seeds_run.figures=null"])  # fmt: skip
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        from kcal.seeds import run_seeds
+
+        run_seeds(compose("seeds", overrides=overrides))  # the default limit is 1
+    seeds_dir = tmp_path / "crime" / "nll" / "seeds"
+    assert all((seeds_dir / f"seed{k}" / "metrics.json").is_file() for k in range(3))
+    assert [k for k in range(3) if list((seeds_dir / f"seed{k}" / "figures").glob("*.png"))] == drawn
+
+
 def _cell(text: str, mean: float, se: float, scale: float = 1.0) -> bool:
     return f"{mean * scale:.3f} $\\pm$ {se * scale:.3f}" in text
 

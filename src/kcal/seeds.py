@@ -30,6 +30,7 @@ from kcal.fingerprint import check_seeds
 from kcal.paper import RESULT_COLUMNS
 from kcal.progress import Progress
 from kcal.run import run
+from kcal.run.artifacts import draw_figures
 from kcal.selection import selection_of
 from kcal.storage_url import keeps_password_off_disk, masked
 
@@ -149,18 +150,36 @@ def chunk_units(n_seeds: int) -> float:
     return max(1.0, n_seeds / 7)
 
 
+def figure_seeds(base: DictConfig, cfg: DictConfig, seeds: list[int]) -> list[int]:
+    """The seeds whose runs draw per-run figures: those below ``seeds_run.figures`` (all when it is null),
+    when the config draws figures at all. Fifty copies of one configuration's reliability diagram cost
+    a quarter of a quick reproduction; ``python -m kcal.figures run <seed dir>`` draws any other."""
+    if not base.get("figures", False):
+        return []
+    limit = cfg.seeds_run.get("figures")
+    return [s for s in seeds if limit is None or s < int(limit)]
+
+
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
+    drawn = figure_seeds(base, cfg, seeds)
+    base = OmegaConf.create(OmegaConf.to_container(base))
+    base.figures = False  # drawn below, for the seeds that want them
     if cfg.seeds_run.vectorized:  # kcal.run.stacked itself falls back to single runs under protocol=clean
         from kcal.run.stacked import train_stacked
 
         size = int(cfg.seeds_run.chunk_size)
         for i in range(0, len(seeds), size):
             train_stacked(base, seeds[i : i + size], dirs[i : i + size], chunk_size=size)
-        return
+    else:
+        for seed, d in zip(seeds, dirs, strict=True):
+            seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
+            seed_cfg.seed = seed
+            run(seed_cfg, d)
     for seed, d in zip(seeds, dirs, strict=True):
-        seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
-        seed_cfg.seed = seed
-        run(seed_cfg, d)
+        if seed in drawn and (d / layout.PREDICTIONS_FILE).is_file():  # a diverged run has no predictions
+            seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
+            seed_cfg.seed, seed_cfg.figures = seed, True
+            draw_figures(d, seed_cfg, seed)
 
 
 def aggregate(dirs: list[Path], dataset: str, label: str) -> pd.DataFrame:
