@@ -125,8 +125,11 @@ def sweep_dir(cfg: DictConfig) -> Path:
     return layout.sweep_dir(cfg.root, cfg.dataset.name, cfg.objective.name, selection_of(cfg))
 
 
-def open_study(cfg: DictConfig, create: bool = True) -> optuna.Study:
-    storage = open_storage(cfg)
+def open_study(
+    cfg: DictConfig, create: bool = True, storage: optuna.storages.BaseStorage | None = None
+) -> optuna.Study:
+    """The study of ``cfg`` (created unless ``create=False``), on ``storage`` (default: :func:`open_storage`)."""
+    storage = storage if storage is not None else open_storage(cfg)
     sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
                                          n_startup_trials=int(cfg.sweep.n_startup_trials),
                                          constant_liar=True)  # fmt: skip

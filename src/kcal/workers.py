@@ -34,7 +34,9 @@ from kcal.studies import (
     counted,
     fail_stale,
     open_checked_study,
+    open_storage,
     open_study,
+    storage_url,
     sweep_dir,
 )
 from kcal.sweep import run_trial, trial_line, write_best
@@ -104,12 +106,26 @@ def work_cost(cfg: DictConfig) -> float:
 # ------------------------------------------------------------------------------------------------
 # tasks (run in the pool's processes; plain containers in and strings out, so they pickle)
 # ------------------------------------------------------------------------------------------------
+#: this worker process's open study storages: opening one (an engine, Optuna's schema check through
+#: alembic) cost ~70 ms, paid on every trial; the storage files stay in place while a pool runs
+STORAGES: dict[tuple, optuna.storages.BaseStorage] = {}
+
+
+def worker_storage(cfg: DictConfig) -> optuna.storages.BaseStorage:
+    """The study storage of ``cfg``, opened once per worker process and setting."""
+    s = cfg.sweep
+    key = (storage_url(cfg), s.heartbeat_interval, s.get("grace_period"), s.max_retry)
+    if key not in STORAGES:
+        STORAGES[key] = open_storage(cfg)
+    return STORAGES[key]
+
+
 def trial_task(cfg_container: dict, worker: int) -> tuple[str, int]:
     """One trial of the study; (progress line, 1 if it counts towards n_trials else 0)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = OmegaConf.create(cfg_container)
     cfg.sweep.worker = worker
-    study = open_study(cfg)
+    study = open_study(cfg, storage=worker_storage(cfg))
     trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg))
     counts = (
         trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
