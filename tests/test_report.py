@@ -54,6 +54,24 @@ def test_publish_then_check_and_hand_written_text_survives(smoke_root, tmp_path)
     assert main(["--check", str(dest)]) == 1
 
 
+@needs_crime
+def test_publish_add_keeps_the_datasets_of_other_roots(smoke_root, tmp_path):
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    ours = pd.read_csv(data / "results.csv")
+    for name in ("results.csv", "studies.csv"):  # a dataset published from another root
+        frame = pd.read_csv(data / name)
+        frame.loc[frame["dataset"] == "crime", "dataset"] = "blog"
+        frame.to_csv(data / name, index=False)
+    publish(smoke_root, dest, data=data, add=True)
+    results, studies = pd.read_csv(data / "results.csv"), pd.read_csv(data / "studies.csv")
+    assert set(results["dataset"]) == set(studies["dataset"]) == {"blog", "crime"}
+    pd.testing.assert_frame_equal(results[results["dataset"] == "crime"].reset_index(drop=True), ours)
+    publish(smoke_root, dest, data=data, add=True)  # adding the same root again replaces its rows
+    assert len(pd.read_csv(data / "results.csv")) == 2 * len(ours)
+    assert check(dest) == [] and "blog" in (dest / "comparison_exact.md").read_text()
+
+
 def test_committed_reports_match_their_results_csv():
     """Each docs/results/<profile>/ equals what kcal.tables and kcal.report regenerate from its CSVs,
     which are the package's published numbers for that profile."""

@@ -1,4 +1,5 @@
-"""Publish a reproduction into the repository: ``python -m kcal.report <root> <dest>``.
+"""Publish a reproduction into the repository: ``python -m kcal.report <root> <dest>`` (``--add``: add its
+datasets to those already published).
 
 A published reproduction is two folders. Its **numbers** are package data beside the paper's own
 (``kcal/resources/paper_tables.csv``), in ``kcal/resources/results/<profile>/`` (:func:`data_dir`;
@@ -199,12 +200,23 @@ def render(dest: Path, out: Path) -> None:
     (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
 
 
+def added(published: Path, new: pd.DataFrame) -> pd.DataFrame:
+    """The published CSV's rows of datasets that ``new`` does not have, then ``new``'s rows."""
+    if not published.is_file():
+        return new
+    old = pd.read_csv(published)
+    return pd.concat([old[~old["dataset"].isin(set(new["dataset"]))], new], ignore_index=True)
+
+
 def publish(
-    root: Path, dest: Path, storage: str | None = None, profile: str | None = None, data: Path | None = None
-) -> list[Path]:
+    root: Path, dest: Path, storage: str | None = None, profile: str | None = None, data: Path | None = None,
+    add: bool = False,
+) -> list[Path]:  # fmt: skip
     """Copy ``root``'s results into ``data`` (default :func:`data_dir`) and regenerate every derived file
     in ``dest`` (``profile``: the reproduction profile, by default the root's folder name, as in
-    ``outputs/reproduce/<profile>``). Returns the files written."""
+    ``outputs/reproduce/<profile>``). ``add``: keep the published datasets that ``root`` does not hold
+    (a dataset run in another root, session or machine) and replace those it does. Returns the files
+    written."""
     profile = profile or root.name
     data = Path(data) if data is not None else data_dir(profile)
     src = layout.results_file(root)
@@ -216,8 +228,15 @@ def publish(
     data.mkdir(parents=True, exist_ok=True)
     link = Path(os.path.relpath(data.resolve(), dest.resolve())).as_posix()
     (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
-    shutil.copyfile(src, data / "results.csv")
-    study_rows(root, storage).to_csv(data / "studies.csv", index=False)
+    studies = study_rows(root, storage)
+    if add:
+        added(data / "results.csv", pd.read_csv(src)).to_csv(data / "results.csv", index=False)
+        studies = added(data / "studies.csv", studies).sort_values(
+            ["dataset", "objective"], ignore_index=True
+        )
+    else:
+        shutil.copyfile(src, data / "results.csv")
+    studies.to_csv(data / "studies.csv", index=False)
     for (dataset, objective), best in layout.best_files(root).items():
         target = dest / "best" / f"{layout.pair_name(dataset, objective)}.json"
         target.parent.mkdir(exist_ok=True)
@@ -246,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, help="where results.csv and studies.csv go "
                    "(default: kcal/resources/results/<profile>)")  # fmt: skip
     p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
+    p.add_argument("--add", action="store_true", help="add root's datasets to those already published "
+                   "(replacing the same datasets), instead of publishing root alone")  # fmt: skip
     args = p.parse_args(argv)
     if args.check:
         stale = check(args.dest)
@@ -257,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.root is None:
         p.error("give the reproduction root (or --check)")
-    files = publish(args.root, args.dest, args.storage, args.profile, args.data)
+    files = publish(args.root, args.dest, args.storage, args.profile, args.data, add=args.add)
     print(f"kcal.report: {len(files)} files in {args.dest} and its data folder; edit the analysis in {args.dest / 'RESULTS.md'} "
           "outside the generated blocks")  # fmt: skip
     return 0
