@@ -82,3 +82,18 @@ def test_progress_units_weigh_what_the_caller_runs():
     progress.unit = 2.0  # a stage whose trials cost 2 units each
     progress.advance(5, "five trials")
     assert progress.done == 10.0 and progress.status().startswith("protocol 40%")
+
+
+def test_seed_reruns_are_split_over_the_pools_workers():
+    from omegaconf import OmegaConf
+
+    from kcal.seeds import chunks
+
+    cfg = OmegaConf.create({"seeds_run": {"chunk_size": 50, "vectorized": True}})
+    sizes = lambda seeds, parts: [len(c) for c in chunks(cfg, seeds, parts)]  # noqa: E731
+    assert sizes(list(range(50)), 1) == [50] and sizes(list(range(50)), 2) == [25, 25]
+    assert sizes(list(range(5)), 2) == [3, 2] and chunks(cfg, [7], 4) == [[7]] and chunks(cfg, [], 2) == []
+    cfg.seeds_run.chunk_size = 10
+    assert sizes(list(range(50)), 2) == [10] * 5
+    cfg.seeds_run.vectorized = False
+    assert sizes(list(range(3)), 2) == [1, 1, 1]

@@ -190,7 +190,7 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
                     continue
                 base, pending = seed_plan(st.cfg)
                 base_c, cfg_c = OmegaConf.to_container(base), OmegaConf.to_container(st.cfg, resolve=True)
-                groups = chunks(st.cfg, pending)
+                groups = chunks(st.cfg, pending, parts=jobs)
                 chunks_left[id(st)] = len(groups)
                 seed_queue.extend((st, base_c, cfg_c, g) for g in groups)
                 if not groups:
