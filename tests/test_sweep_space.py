@@ -4,7 +4,7 @@ can share one sampled value between config keys and derive a key from others (``
 import optuna
 import pytest
 
-import kcal.sweep
+import kcal.run
 from kcal.errors import ConfigError
 from kcal.formula import evaluate, parse_formula
 from kcal.search_space import apply, fit_to_data, sample, search_space, settings, train_rows
@@ -126,7 +126,7 @@ def test_the_study_records_the_sampled_nll_weight_and_the_derived_weight(monkeyp
         trained.append(run_cfg)
         return {"status": "ok", "val/nll": 1.0}
 
-    monkeypatch.setattr(kcal.sweep, "run", fake_run)
+    monkeypatch.setattr(kcal.run, "run", fake_run)  # run_trial imports it when a trial starts
     study = optuna.create_study()
     trial = run_trial(cfg, study, search_space(cfg), tmp_path)
     w, batch = trial.params["nll_weight"], trial.params["trainer.batch_size"]

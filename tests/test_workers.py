@@ -97,3 +97,10 @@ def test_seed_reruns_are_split_over_the_pools_workers():
     assert sizes(list(range(50)), 2) == [10] * 5
     cfg.seeds_run.vectorized = False
     assert sizes(list(range(3)), 2) == [1, 1, 1]
+
+
+def test_a_pools_parent_does_not_import_lightning():
+    # the parent plans and schedules; importing Lightning (~3 s) there delayed every worker's start
+    code = "import sys, kcal.reproduce; print('pytorch_lightning' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -29,8 +29,6 @@ from kcal.errors import ConfigError, exits_on_config_error
 from kcal.fingerprint import check_seeds
 from kcal.paper import RESULT_COLUMNS
 from kcal.progress import Progress
-from kcal.run import run
-from kcal.run.artifacts import draw_figures
 from kcal.selection import selection_of
 from kcal.storage_url import keeps_password_off_disk, masked
 
@@ -165,6 +163,10 @@ def figure_seeds(base: DictConfig, cfg: DictConfig, seeds: list[int]) -> list[in
 
 
 def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictConfig) -> None:
+    # imported here: a pool's parent plans seed reruns and trains none (Lightning costs ~3 s to import)
+    from kcal.run import run
+    from kcal.run.artifacts import draw_figures
+
     drawn = figure_seeds(base, cfg, seeds)
     base = OmegaConf.create(OmegaConf.to_container(base))
     base.figures = False  # drawn below, for the seeds that want them

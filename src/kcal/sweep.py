@@ -55,7 +55,6 @@ from kcal.data import get_spec
 from kcal.data.splits import split_sizes
 from kcal.errors import ConfigError, IncompleteError, exits_on_config_error
 from kcal.progress import Progress
-from kcal.run import run
 from kcal.search_space import apply, sample, search_space, settings
 from kcal.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
 from kcal.storage_url import keeps_password_off_disk, masked
@@ -128,6 +127,9 @@ def run_trial(
         trial_cfg.logger = None  # a Lightning logger would repeat history.csv
         trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
         trial.set_user_attr("run_dir", str(out))
+        # imported here: a pool's parent imports this module and trains nothing (Lightning: ~3 s to import)
+        from kcal.run import run
+
         try:
             metrics = run(trial_cfg, out)
             for key, share in reg_share(out, metrics.get("best_epoch")).items():
