@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,10 @@ def test_a_pools_parent_does_not_import_lightning():
     code = "import sys, kcal.reproduce; print('pytorch_lightning' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_core_scaling_script_runs():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "core_scaling.py"
+    out = subprocess.run([sys.executable, str(script), "--steps", "5", "--repeats", "1"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert "scaling: min" in out.stdout
