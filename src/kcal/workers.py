@@ -41,6 +41,11 @@ from kcal.studies import (
 )
 from kcal.sweep import run_trial, trial_line, write_best
 
+#: tasks waiting in the pool's queue per worker, beyond the one it runs: a worker that finishes a task
+#: starts the next at once instead of waiting for this process to read the result and submit another
+#: (quick reproductions' trials take ~1 s; the parent's turn-around per result was a good part of that)
+QUEUED_PER_WORKER = 1
+
 # one thread per worker process, BLAS/OpenMP included: oversubscribed cores run these small models
 # many times slower (README, "Speed")
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -214,7 +219,7 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
         try:
             while True:
                 release_seeds()
-                while len(futures) < jobs:
+                while len(futures) < jobs + QUEUED_PER_WORKER * jobs:
                     if seed_queue:
                         st, base_c, cfg_c, group = seed_queue.popleft()
                         futures[pool.submit(seeds_task, base_c, cfg_c, group)] = ("seeds", st, group)
