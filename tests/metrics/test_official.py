@@ -272,3 +272,13 @@ def test_official_classification_edge_cases():
     _close(out["entropy"], 0.0)
     _close(out["ece"], 0.0)
     _close(out["accuracy"], 1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (checked on the lent H100)")
+def test_official_dce_draws_on_the_generators_device():
+    # a GPU run's evaluation passes a CUDA generator: the draws must be made there (was a RuntimeError)
+    dev = torch.device("cuda")
+    y = torch.randn(300, device=dev)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    value = O.official_dce((torch.zeros(300, device=dev), torch.ones(300, device=dev)), y, generator=gen)
+    assert value.device.type == "cuda" and torch.isfinite(value)

@@ -94,10 +94,12 @@ def official_qce(pit, n_bins: int = 20, batch_size: int | None = REGRESSION_TEST
     return 0.5 * (counts / counts.sum() - 1.0 / n_bins).abs().sum()
 
 
-def _draw_samples(forecast, n: int, num_samples: int, generator, dtype) -> Tensor:
-    """``num_samples`` draws per row via inverse-CDF sampling, shape (S, n)."""
+def _draw_samples(forecast, n: int, num_samples: int, generator, dtype, device) -> Tensor:
+    """``num_samples`` draws per row via inverse-CDF sampling, shape (S, n), drawn on the generator's
+    device (``device`` without one: the labels')."""
     f = as_forecast(forecast)
-    u = torch.rand((num_samples, n), generator=generator, dtype=dtype)
+    where = generator.device if generator is not None else device
+    u = torch.rand((num_samples, n), generator=generator, dtype=dtype, device=where).to(device)
     return torch.stack([f.icdf(u[s]) for s in range(num_samples)])
 
 
@@ -142,7 +144,7 @@ def official_dce(
             raise ValueError(f"samples must have shape (S, n={n}), got {tuple(samples.shape)}")
     else:
         dtype = y.dtype if torch.is_floating_point(y) else torch.get_default_dtype()
-        samples = _draw_samples(forecast_or_samples, n, num_samples, generator, dtype)
+        samples = _draw_samples(forecast_or_samples, n, num_samples, generator, dtype, y.device)
     nb = used // batch_size
     sy = torch.sign(y[:used] - threshold).reshape(nb, batch_size)
     ss = torch.sign(samples[:, :used] - threshold).reshape(samples.shape[0], nb, batch_size)
