@@ -168,8 +168,13 @@ def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictC
     from kcal.run.artifacts import draw_figures
 
     drawn = figure_seeds(base, cfg, seeds)
-    base = OmegaConf.create(OmegaConf.to_container(base))
-    base.figures = False  # drawn below, for the seeds that want them
+    base = OmegaConf.merge(
+        base, {"figures": False}
+    )  # a copy; figures are drawn below, for the seeds that want them
+
+    def seed_config(seed: int, **changes) -> DictConfig:
+        return OmegaConf.merge(base, {"seed": seed, **changes})
+
     if cfg.seeds_run.vectorized:  # kcal.run.stacked itself falls back to single runs under protocol=clean
         from kcal.run.stacked import train_stacked
 
@@ -178,14 +183,10 @@ def train_seeds(base: DictConfig, seeds: list[int], dirs: list[Path], cfg: DictC
             train_stacked(base, seeds[i : i + size], dirs[i : i + size], chunk_size=size)
     else:
         for seed, d in zip(seeds, dirs, strict=True):
-            seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
-            seed_cfg.seed = seed
-            run(seed_cfg, d)
+            run(seed_config(seed), d)
     for seed, d in zip(seeds, dirs, strict=True):
         if seed in drawn and (d / layout.PREDICTIONS_FILE).is_file():  # a diverged run has no predictions
-            seed_cfg = OmegaConf.create(OmegaConf.to_container(base))
-            seed_cfg.seed, seed_cfg.figures = seed, True
-            draw_figures(d, seed_cfg, seed)
+            draw_figures(d, seed_config(seed, figures=True), seed)
 
 
 def aggregate(dirs: list[Path], dataset: str, label: str) -> pd.DataFrame:
