@@ -23,6 +23,8 @@ def test_quick_benchmark_writes_csv_and_markdown(tmp_path, capsys):
         "seeds_vs_arithmetic",
     } <= measures
     assert {r["dataset"] for r in rows if r["measure"] == "mmd_overhead"} == {"crime", "breast-cancer"}
+    floors = [r for r in rows if r["measure"] == "mmd_arithmetic"]  # the loop datasets' arithmetic floor
+    assert floors and all(r["a_label"].startswith("bare loop") and float(r["ratio"]) > 0 for r in floors)
     for r in rows:
         assert float(r["a_seconds"]) == float(r["a_seconds"]) and r["device"] == "cpu"
     md = (tmp_path / "bench.md").read_text()

@@ -12,6 +12,8 @@ reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estima
 * ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.run.module.fit_members``: Lightning driving the engine) with the base
   loss vs base + MMD (``nll`` vs ``nll_mmd`` on regression, ``xe`` vs ``xe_mmd`` on classification).
   Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off.
+* ``mmd_arithmetic``: the same pair in the minimal torch loop below: the floor ``mmd_overhead`` can reach
+  without making the regulariser's own tensor arithmetic cheaper.
 * ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
   batches (``TensorBatches``), objective, Adam, clipping and validation.
 * ``seeds``: S seeds of ``kcal.run.train_stacked`` (vectorised) vs S sequential ``kcal.run.run`` calls vs one run, fixed
@@ -294,7 +296,7 @@ def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
             continue
         task = task_of(name)
         base_obj, mmd_obj = PAIRS[task]
-        per = {}
+        per, bare_per = {}, {}
         for obj in (base_obj, mmd_obj):
             prep = prepare_or_synthetic(compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small))
             per[obj], setup = lightning_epoch_seconds(prep, (e1, e2), args.repeats)
@@ -303,12 +305,18 @@ def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
                 bare = statistics.median(bare_loop_epoch_seconds(prep, e2 + 1, torch.device(device))
                                          for _ in range(args.repeats))  # fmt: skip
                 log(f"[{device}] {name} {obj}: bare torch loop {bare * 1e3:.1f} ms/epoch")
+                bare_per[obj] = bare
                 rows.append(Row(device, "loop_overhead", name, obj, "bare torch loop", bare, "kcal (Lightning)",
                                 per[obj], per[obj] / bare, TARGETS["loop_overhead"], args.repeats,
                                 "s/epoch, validation included, log_dce off"))  # fmt: skip
         rows.append(Row(device, "mmd_overhead", name, f"{base_obj} vs {mmd_obj}", base_obj, per[base_obj], mmd_obj,
                         per[mmd_obj], per[mmd_obj] / per[base_obj], TARGETS["mmd_overhead"], args.repeats,
                         "s/epoch (kcal.run.module.fit_members), validation included"))  # fmt: skip
+        if len(bare_per) == 2:  # the bound: what the regulariser's own arithmetic costs in a plain loop
+            rows.append(Row(device, "mmd_arithmetic", name, f"{base_obj} vs {mmd_obj}", f"bare loop, {base_obj}",
+                            bare_per[base_obj], f"bare loop, {mmd_obj}", bare_per[mmd_obj],
+                            bare_per[mmd_obj] / bare_per[base_obj], None, args.repeats,
+                            "s/epoch of the plain torch loop with each objective: mmd_overhead's floor"))  # fmt: skip
     if args.seeds_dataset and (available(args.seeds_dataset) or args.seeds_dataset in SYNTHETIC_SHAPES):
         rows += bench_seeds(device, acc, small, args, log)
     return rows
@@ -381,10 +389,7 @@ def write_rows(rows: list[Row], out: Path, env: str) -> None:
     fields = ["device", "measure", "dataset", "objective", "a_label", "a_seconds", "b_label", "b_seconds", "ratio",
               "target", "met", "repeats", "note"]  # fmt: skip
     with open(out / "bench.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(fields)
-        for r in rows:
-            w.writerow([getattr(r, k) if k != "met" else r.met for k in fields])
+        csv.writer(f).writerows([fields, *([getattr(r, k) if k != "met" else r.met for k in fields] for r in rows)])
     md = markdown(rows, "kcal benchmark", ["device", "measure", "dataset", "objective", "a", "a [s]", "b", "b [s]",
                                            "b/a", "target", "met", "note"],
                   lambda r: [r.device, r.measure, r.dataset, r.objective, r.a_label, f"{r.a_seconds:.4g}", r.b_label,
