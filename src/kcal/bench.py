@@ -389,7 +389,7 @@ def write_rows(rows: list[Row], out: Path, env: str) -> None:
     fields = ["device", "measure", "dataset", "objective", "a_label", "a_seconds", "b_label", "b_seconds", "ratio",
               "target", "met", "repeats", "note"]  # fmt: skip
     with open(out / "bench.csv", "w", newline="") as f:
-        csv.writer(f).writerows([fields, *([getattr(r, k) if k != "met" else r.met for k in fields] for r in rows)])
+        csv.writer(f).writerows([fields, *([getattr(r, k) for k in fields] for r in rows)])
     md = markdown(rows, "kcal benchmark", ["device", "measure", "dataset", "objective", "a", "a [s]", "b", "b [s]",
                                            "b/a", "target", "met", "note"],
                   lambda r: [r.device, r.measure, r.dataset, r.objective, r.a_label, f"{r.a_seconds:.4g}", r.b_label,
