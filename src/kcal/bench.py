@@ -15,7 +15,7 @@ reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estima
 * ``mmd_arithmetic``: the same pair in the minimal torch loop below: the floor ``mmd_overhead`` can reach
   without making the regulariser's own tensor arithmetic cheaper.
 * ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
-  batches (``TensorBatches``), objective, Adam, clipping and validation.
+  batches, objective (its batch constants built as kcal builds them), Adam, clipping and validation.
 * ``seeds``: S seeds of ``kcal.run.train_stacked`` (vectorised) vs S sequential ``kcal.run.run`` calls vs one run, fixed
   epochs (early stopping off), wall time including evaluation and writing; also the training part alone.
 
@@ -49,15 +49,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from kcal import random_streams
+from kcal.bare_loop import bare_loop_epoch_seconds
 from kcal.configs import CONFIG_DIR
-from kcal.data.batches import TensorBatches
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
 from kcal.paper import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
 from kcal.run import run
 from kcal.run.artifacts import finalize
-from kcal.run.engine import Engine, Member, adam
-from kcal.run.epoch import ValidationAccumulator
+from kcal.run.engine import Engine, Member
 from kcal.run.module import fit_members, member_result
 from kcal.run.setup import Prepared, build, prepared_from
 from kcal.run.setup import prepare as prepare_run
@@ -218,42 +216,6 @@ def lightning_epoch_seconds(prep: Prepared, epochs: tuple[int, int], repeats: in
         per_epoch.append((t2 - t1) / (e2 - e1) if t2 > t1 else t2 / e2)
         setup.append(max(0.0, t1 - e1 * per_epoch[-1]))
     return statistics.median(per_epoch), statistics.median(setup)
-
-
-def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -> float:
-    """Median seconds per epoch of a minimal torch loop doing the same work as ``kcal.run.module.fit_members``: the same
-    model, batches, objective (with its noise stream), Adam, clipping, and per-epoch validation (objective
-    on ``eval_batch_size`` chunks and the whole-split metrics of :class:`kcal.run.epoch.ValidationAccumulator`)."""
-    cfg, obj = prep.cfg, prep.objective
-    model = build(prep, cfg.seed).to(device)
-    train, val = prep.data.train.to(device), prep.data.val.to(device)
-    batches = TensorBatches(train.x, train.y, cfg.trainer.batch_size, shuffle=True, drop_last=True,
-                            seed=random_streams.shuffle_seed(cfg.seed))  # fmt: skip
-    opt = adam(list(model.parameters()), cfg)  # the optimiser kcal trains with (fused where torch has it)
-    noise = random_streams.generator(random_streams.noise_seed(cfg.seed), device)
-    clip = cfg.trainer.gradient_clip_val
-    times = []
-    for _ in range(epochs):
-        t0 = time.perf_counter()
-        model.train()
-        for x, y in batches:
-            loss, _, _ = obj(model(x), x, y, generator=noise)
-            opt.zero_grad()
-            loss.backward()
-            if clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-        model.eval()
-        with torch.no_grad():
-            gen = random_streams.generator(random_streams.eval_seed(cfg.seed), device)
-            acc = ValidationAccumulator(prep.task)
-            for s in range(0, len(val), cfg.trainer.eval_batch_size):
-                x, y = val.x[s : s + cfg.trainer.eval_batch_size], val.y[s : s + cfg.trainer.eval_batch_size]
-                out = model(x)
-                acc.update(out, y, obj(out, x, y, generator=gen)[0] if x.shape[0] >= 2 else obj.base(out, y))
-            {k: float(v) for k, v in acc.compute().items()}  # host syncs, as the Lightning module
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:] if len(times) > 1 else times)
 
 
 def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:

@@ -164,18 +164,29 @@ def rbf(a: Tensor, b: Tensor, bandwidth: float = 1.0) -> Tensor:
 
 def rbf_offdiag(x: Tensor, bandwidth: float) -> Tensor:
     """``W_ij = exp(-||x_i - x_j||^2 / bandwidth)`` for ``i != j`` and ``W_ii = 0``, for ``x`` of shape ``(n, d)``
-    outside any autograd graph: the off-diagonal weight of the MMD U-statistics with an RBF kernel on x.
+    (or ``(..., n, d)``: one matrix per leading index) outside any autograd graph: the off-diagonal weight
+    of the MMD U-statistics with an RBF kernel on x.
 
-    The same operations as ``rbf(x, x, bandwidth)`` (so the same values off the diagonal) without its
-    argument checks: for callers that checked ``bandwidth`` once and call this every training step.
+    For ``(n, d)`` the same operations as ``rbf(x, x, bandwidth)`` (so the same values off the diagonal)
+    without its argument checks: for callers that checked ``bandwidth`` once. A stack ``(..., n, d)`` takes
+    one batched product for all its matrices, so a training loop can build every batch's weight of an
+    epoch at once.
     """
     if x.shape[-1] <= _DIRECT_MAX_DIM:
         d2 = (x.unsqueeze(-2) - x.unsqueeze(-3)).square().sum(-1)
-    else:
+    elif x.dim() == 2:
         x2 = x.square().sum(-1, keepdim=True)
         d2 = torch.addmm(x2 + x2.T, x, x.T, alpha=-2.0).clamp_min_(0.0)
+    else:
+        flat = x.reshape(-1, *x.shape[-2:])
+        x2 = flat.square().sum(-1, keepdim=True)
+        d2 = (
+            torch.baddbmm(x2 + x2.mT, flat, flat.mT, alpha=-2.0)
+            .clamp_min_(0.0)
+            .view(*x.shape[:-1], x.shape[-2])
+        )
     w = d2.mul_(-1.0 / bandwidth).exp_()
-    w.diagonal().zero_()
+    w.diagonal(dim1=-2, dim2=-1).zero_()
     return w
 
 

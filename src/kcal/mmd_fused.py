@@ -13,6 +13,8 @@ transform is active; :mod:`kcal.mmd` decides.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -22,10 +24,14 @@ from kcal.inputs import functorch_active
 __all__ = [
     "AnalyticClassMMD",
     "AnalyticRBFMMD",
+    "GaussianRBFIndexMMD",
+    "LOG2E",
     "RBFIndexMMD",
     "analytic_gaussian_mmd2",
+    "index_rbf_sums",
     "offdiag_weight",
     "rbf_sample_mmd2_index",
+    "rbf_weighted_sum",
 ]
 
 
@@ -167,51 +173,99 @@ def offdiag_weight(k_z: Tensor | None, n: int, dtype, device) -> Tensor:
     return w
 
 
+#: ``exp(t) = 2 ** (t * LOG2E)``: torch's ``exp2`` is 2.5-3.5x faster than its ``exp`` on a CPU (measured on
+#: (10, 64, 64) and (10, 256, 256) float32 tensors, AVX-512), and the RBF sums of the regression MMD are
+#: mostly exponentials. The extra rounding of ``t * LOG2E`` is a relative error of about ``|t|`` ulps.
+LOG2E = 1.0 / math.log(2.0)
+
+
+def rbf_weighted_sum(v: Tensor, w: Tensor, h: float) -> Tensor:
+    """``sum_ij W_ij exp(-(v_i - v_j)^2 / h)`` over the last dimension of ``v`` ``(..., n)`` with ``w``
+    ``(..., n, n)``; shape ``(...)``. The target-target term of :class:`RBFIndexMMD`, which depends on the
+    batch only (``y`` and the x-kernel), so a training loop can compute it once per batch ahead of time."""
+    d = v.unsqueeze(-1) - v.unsqueeze(-2)
+    return (torch.mul(d, d).mul_(-LOG2E / h).exp2_() * w).sum((-2, -1))
+
+
+def index_rbf_sums(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
+    """``(S, G)`` of M index-paired draws ``(M, n)`` against targets ``y`` ``(n,)`` with the symmetric,
+    zero-diagonal weight ``w`` ``(n, n)`` and ``k(a, b) = exp(-(a - b)^2 / h)``:
+
+    ``S = (S_ff - 2 S_tf) / M`` with ``S_ff = sum_s sum_ij W_ij k(f_si, f_sj)`` and
+    ``S_tf = sum_s sum_ij W_ij k(y_i, f_sj)``, and, when ``need``, ``G_sk = dS/df_sk`` (else None):
+    ``G_sk = -4/(h M) [sum_j W_kj k(f_sk, f_sj) (f_sk - f_sj) + sum_i W_ik k(y_i, f_sk) (y_i - f_sk)]``.
+    Each (M, n, n) pass is one eager operation (a (2M, n, n) tensor holding both costs as much)."""
+    m, n = draws.shape
+    c = -LOG2E / h
+    d = draws.unsqueeze(-1) - draws.unsqueeze(-2)  # forecast-forecast
+    e = torch.mul(d, d).mul_(c).exp2_()
+    if need:
+        e.mul_(w)
+        s_ff = e.sum()
+        g = e.mul_(d).sum(-1)
+    else:
+        s_ff = torch.mv(e.view(m, n * n), w.reshape(-1)).sum()
+    d = y.unsqueeze(-1) - draws.unsqueeze(-2)  # target-forecast: [s, i, j] = k(y_i, f_sj)
+    e = torch.mul(d, d).mul_(c).exp2_()
+    if need:
+        e.mul_(w)
+        s_tf = e.sum()
+        g = g.add_(e.mul_(d).sum(-2)).mul_(-4.0 / (h * m))
+    else:
+        s_tf = torch.mv(e.view(m, n * n), w.reshape(-1)).sum()
+        g = None
+    return (s_ff - 2.0 * s_tf) / m, g
+
+
 class RBFIndexMMD(torch.autograd.Function):
     """Fused index-paired RBF MMD^2 sum with the gradient w.r.t. the draws computed in the forward pass.
 
     ``S = sum_ij W_ij [ k(y_i, y_j) + 1/M sum_s k(f_si, f_sj) - 2/M sum_s k(y_i, f_sj) ]`` with
     ``k(a, b) = exp(-(a - b)^2 / h)`` and a symmetric weight ``W`` (zero diagonal). Only ``draws`` may need a
-    gradient; ``dS/df_sk = -4/(h M) [sum_j W_kj E^ff_skj D^ff_skj + sum_i W_ik E^tf_sik D^tf_sik]`` with
-    ``D^ff_sij = f_si - f_sj`` and ``D^tf_sij = y_i - f_sj``. Doing this in one pass avoids storing
-    (M, n, n) tensors for autograd and roughly halves the number of passes over them.
+    gradient (:func:`index_rbf_sums` gives it). Doing this in one pass avoids storing (M, n, n) tensors for
+    autograd and roughly halves the number of passes over them. ``s_tt``, when given, is the target-target
+    sum (:func:`rbf_weighted_sum` of ``y``) computed ahead of time.
     """
 
     @staticmethod
-    def forward(ctx, draws, y, w, h, need):
-        m = draws.shape[0]
-        c = -1.0 / h
-        # forecast-forecast
-        d = draws.unsqueeze(-1) - draws.unsqueeze(-2)
-        e = torch.mul(d, d).mul_(c).exp_()
+    def forward(ctx, draws, y, w, h, need, s_tt=None):
+        s, g = index_rbf_sums(draws, y, w, h, need)
+        if s_tt is None:
+            s_tt = rbf_weighted_sum(y, w, h)
         if need:
-            e.mul_(w)
-            s_ff = e.sum()
-            g = e.mul_(d).sum(-1)
-        else:
-            s_ff = torch.einsum("sij,ij->", e, w)
-        del d, e
-        # target-forecast: [s, i, j] = k(y_i, f_sj)
-        d = y.unsqueeze(-1) - draws.unsqueeze(-2)
-        e = torch.mul(d, d).mul_(c).exp_()
-        if need:
-            e.mul_(w)
-            s_tf = e.sum()
-            g = g + e.mul_(d).sum(-2)
-        else:
-            s_tf = torch.einsum("sij,ij->", e, w)
-        del d, e
-        dy = y.unsqueeze(-1) - y.unsqueeze(-2)
-        s_tt = (torch.mul(dy, dy).mul_(c).exp_() * w).sum()
-        if need:
-            ctx.save_for_backward(g.mul_(-4.0 / (h * m)))
-        return s_tt + (s_ff - 2.0 * s_tf) / m
+            ctx.save_for_backward(g)
+        return s_tt + s
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         (g,) = ctx.saved_tensors
-        return g * grad_out, None, None, None, None
+        return g * grad_out, None, None, None, None, None
+
+
+class GaussianRBFIndexMMD(torch.autograd.Function):
+    """:class:`RBFIndexMMD` of the reparameterised draws ``f_s = mean + std * eps_s`` divided by ``n (n - 1)``
+    (the unbiased MMD^2 of the training step), with the draws formed inside: ``dMMD^2/dmean = sum_s G_s`` and
+    ``dMMD^2/dstd = sum_s G_s eps_s`` (``G`` from :func:`index_rbf_sums`, scaled), so autograd records one
+    node instead of three."""
+
+    @staticmethod
+    def forward(ctx, mean, std, eps, y, w, h, need, s_tt=None):
+        n = eps.shape[1]
+        s, g = index_rbf_sums(torch.addcmul(mean, std, eps), y, w, h, need)
+        if s_tt is None:
+            s_tt = rbf_weighted_sum(y, w, h)
+        scale = 1.0 / (n * (n - 1))
+        if need:
+            g.mul_(scale)
+            ctx.save_for_backward(g.sum(0), g.mul_(eps).sum(0))
+        return (s_tt + s) * scale
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        g_mean, g_std = ctx.saved_tensors
+        return g_mean * grad_out, g_std * grad_out, None, None, None, None, None, None
 
 
 def rbf_sample_mmd2_index(y: Tensor, draws: Tensor, bw: float, k_z: Tensor | None) -> Tensor:

@@ -9,19 +9,26 @@ call runs only the tensor operations, for the configurations the paper trains wi
 * regression, ``form="individual"`` (Z = x), RBF kernels on y and x with numeric bandwidths, index-paired
   draws ``Yhat_si = mu_i + s_i eps_si``:
   ``MMD^2 = sum_{i != j} W_ij [k(y_i, y_j) + 1/M sum_s (k(f_si, f_sj) - 2 k(y_i, f_sj))] / (n (n - 1))``,
-  ``W_ij = exp(-||x_i - x_j||^2 / h_z)`` (:class:`kcal.mmd_fused.RBFIndexMMD`);
+  ``W_ij = exp(-||x_i - x_j||^2 / h_z)`` (:class:`kcal.mmd_fused.GaussianRBFIndexMMD`);
 * classification, forms conditioned on x (``individual``), RBF kernel on x with a numeric bandwidth,
   class kernel ``rbf`` or ``delta``:
   ``MMD^2 = sum((W D K) o D) / (n (n - 1))`` with ``D = onehot(y) - softmax(logits)``
   (:class:`kcal.mmd_fused.AnalyticClassMMD`).
 
-Both run exactly the operations of the general functions, so the values and gradients are the same bit
-for bit (tested). Any other configuration, and any call the fast path cannot take (a Normal forecast,
-x that needs a gradient, a ``torch.func`` transform, other shapes), goes to the general function with the
-same options.
+What does not depend on the network's outputs is a batch's :class:`BatchConstants` (the x-kernel ``W``
+and, for regression, the target-target sum), which :meth:`MMDStep.prepare` builds for many batches in one
+batched call: a training loop builds an epoch's at its start and its validation chunks' once per run
+(their x and y never change). A call without them builds its own.
+
+The values and gradients equal the general functions' to rounding (tested; the regression sums use
+``exp2``, see :data:`kcal.mmd_fused.LOG2E`, and a stack of x-kernels one batched product). Any other
+configuration, and any call the fast path cannot take (a Normal forecast, x that needs a gradient, a
+``torch.func`` transform, other shapes), goes to the general function with the same options.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,14 +37,32 @@ from kcal import kernels
 from kcal.calibration_forms import get_classification_form, get_regression_form
 from kcal.inputs import functorch_active
 from kcal.mmd import classification_mmd, regression_mmd
-from kcal.mmd_fused import AnalyticClassMMD, RBFIndexMMD
+from kcal.mmd_fused import AnalyticClassMMD, GaussianRBFIndexMMD, rbf_weighted_sum
 
-__all__ = ["MMDStep"]
+__all__ = ["BatchConstants", "MMDStep"]
 
 #: options the fast paths' forms do not read (they matter to other forms or kernels only)
 UNREAD = frozenset(
     {"threshold", "scale", "upper", "lower", "y0", "alpha", "detach_conditioning", "reduction"}
 )
+
+
+class BatchConstants(NamedTuple):
+    """The parts of a batch's regulariser that the network's outputs do not change, for one batch or a
+    stack of them (leading dimensions): ``w`` ``(..., n, n)``, the x-kernel with a zero diagonal, and
+    ``s_tt`` ``(...)``, the regression target-target sum ``sum_ij W_ij k(y_i, y_j)`` (None for classes)."""
+
+    w: Tensor
+    s_tt: Tensor | None = None
+
+    def at(self, *index) -> BatchConstants:
+        """The constants of one batch of the stack (``index`` into the leading dimensions)."""
+        return BatchConstants(self.w[index], None if self.s_tt is None else self.s_tt[index])
+
+
+def _as(t: Tensor, dtype) -> Tensor:
+    """``t`` in ``dtype`` (``Tensor.to`` costs a dispatch even when nothing changes: once per step here)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def _rbf(name: str) -> bool:
@@ -104,11 +129,25 @@ class MMDStep:
             bw_y = kernels.check_positive("bandwidth_y", bw_y)
         return {"h_z": h_z, "kernel_y": kernel_y, "bw_y": bw_y}
 
+    def prepare(self, x: Tensor, y: Tensor) -> BatchConstants | None:
+        """The :class:`BatchConstants` of batches ``x`` ``(..., n, d)``, ``y`` ``(..., n)`` (leading dimensions:
+        many batches at once), or None when these options take the general path."""
+        if self.fast is None:
+            return None
+        with torch.no_grad():
+            w = kernels.rbf_offdiag(x, self.fast["h_z"])
+            if self.task == "classification":
+                return BatchConstants(w)
+            w = w.to(y.dtype) if y.is_floating_point() else w
+            return BatchConstants(w, rbf_weighted_sum(y.to(w.dtype), w, self.fast["h_y"]))
+
     def __call__(self, outputs, y: Tensor, x: Tensor | None = None, generator: torch.Generator | None = None,
-                 eps: Tensor | None = None) -> Tensor:  # fmt: skip
+                 eps: Tensor | None = None, const: BatchConstants | None = None) -> Tensor:  # fmt: skip
+        """MMD^2 of one batch; ``const`` (from :meth:`prepare` for this batch's x and y) skips rebuilding
+        the x-kernel and the target-target sum."""
         if self.task == "regression":
-            return self._regression(outputs, y, x, generator, eps)
-        return self._classification(outputs, y, x)
+            return self._regression(outputs, y, x, generator, eps, const)
+        return self._classification(outputs, y, x, const)
 
     def _usable(self, x) -> bool:
         return (
@@ -120,7 +159,7 @@ class MMDStep:
             and not functorch_active()
         )
 
-    def _regression(self, outputs, y, x, generator, eps) -> Tensor:
+    def _regression(self, outputs, y, x, generator, eps, const) -> Tensor:
         if isinstance(outputs, (tuple, list)) and len(outputs) == 2 and self._usable(x):
             mean, std = outputs
             n = mean.shape[0]
@@ -134,17 +173,20 @@ class MMDStep:
                 if eps is None:
                     eps = torch.randn((f["m"], n), generator=generator, dtype=mean.dtype, device=mean.device)
                 else:
-                    eps = eps.to(mean.dtype)
-                draws = mean + std * eps
-                w = kernels.rbf_offdiag(x, f["h_z"]).to(mean.dtype)
-                need = draws.requires_grad and torch.is_grad_enabled()
-                return RBFIndexMMD.apply(draws, y.to(mean.dtype), w, f["h_y"], need) / (n * (n - 1))
+                    eps = _as(eps, mean.dtype)
+                yd = _as(y, mean.dtype)
+                if const is None:
+                    w, s_tt = kernels.rbf_offdiag(x, f["h_z"]).to(mean.dtype), None
+                else:
+                    w, s_tt = _as(const.w, mean.dtype), _as(const.s_tt, mean.dtype)
+                need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
+                return GaussianRBFIndexMMD.apply(mean, std, eps, yd, w, f["h_y"], need, s_tt)
         extra = (
             {"eps": eps} if eps is not None else ({"generator": generator} if generator is not None else {})
         )
         return regression_mmd(outputs, y, x, **self.options, **extra)
 
-    def _classification(self, logits, labels, x) -> Tensor:
+    def _classification(self, logits, labels, x, const) -> Tensor:
         probs = torch.softmax(logits, dim=-1)
         if (
             self._usable(x)
@@ -155,12 +197,20 @@ class MMDStep:
         ):
             n, m = probs.shape
             dt = probs.dtype
-            onehot = torch.nn.functional.one_hot(labels.long(), m).to(dt)
+            onehot = self._eye(m, dt, probs.device)[
+                labels.long()
+            ]  # one_hot without its range check's host sync
             k_y = self._class_kernel(m, dt, probs.device)
-            w = kernels.rbf_offdiag(x.to(dt), self.fast["h_z"])
+            w = kernels.rbf_offdiag(_as(x, dt), self.fast["h_z"]) if const is None else _as(const.w, dt)
             need = probs.requires_grad and torch.is_grad_enabled()
             return AnalyticClassMMD.apply(probs, onehot, k_y, w, need) / (n * (n - 1))
         return classification_mmd(probs, labels, x, **self.options, validate_args=False)
+
+    def _eye(self, m: int, dtype, device) -> Tensor:
+        key = ("eye", m, dtype, device)
+        if key not in self._class_kernels:
+            self._class_kernels[key] = torch.eye(m, dtype=dtype, device=device)
+        return self._class_kernels[key]
 
     def _class_kernel(self, m: int, dtype, device) -> Tensor:
         key = (m, dtype, device)

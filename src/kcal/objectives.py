@@ -68,12 +68,20 @@ class Objective:
             return regression_metrics.gaussian_nll(outputs, y, self.reduction)
         return F.cross_entropy(outputs, y, reduction=self.reduction)
 
+    def prepare(self, x: torch.Tensor, y: torch.Tensor):
+        """What the regulariser of batches ``x`` ``(..., n, d)``, ``y`` ``(..., n)`` needs that the network's
+        outputs do not change (:meth:`kcal.mmd_steps.MMDStep.prepare`; index it with ``.at(b)``), or None
+        when there is nothing to build ahead (no regulariser, or not the MMD's fast path)."""
+        if self.mmd_step is None or self.weight == 0:
+            return None
+        return self.mmd_step.prepare(x, y)
+
     def regularization(self, outputs, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None,
-                       eps: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                       eps: torch.Tensor | None = None, const=None) -> torch.Tensor:  # fmt: skip
         """The regulariser on one batch; ``generator`` (or explicit standard-normal ``eps``) drives the
-        regression MMD's forecast samples."""
+        regression MMD's forecast samples; ``const`` is this batch's :meth:`prepare`."""
         if self.mmd_step is not None:
-            return self.mmd_step(outputs, y, x, generator=generator, eps=eps)
+            return self.mmd_step(outputs, y, x, generator=generator, eps=eps, const=const)
         probs = torch.softmax(outputs, dim=-1)
         if self.regularizer == "mmce":
             from kcal.baselines import mmce
@@ -89,12 +97,12 @@ class Objective:
         return self.task == "regression" and self.regularizer == "mmd" and self.weight != 0
 
     def __call__(self, outputs, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None,
-                 eps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                 eps: torch.Tensor | None = None, const=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
         """Return ``(loss, base, regulariser)``; the regulariser is 0 when there is none."""
         base = self.base(outputs, y)
         if self.regularizer is None or self.weight == 0:
             return base, base, torch.zeros((), device=base.device, dtype=base.dtype)
-        reg = self.regularization(outputs, x, y, generator=generator, eps=eps)
+        reg = self.regularization(outputs, x, y, generator=generator, eps=eps, const=const)
         return base + self.weight * reg, base, reg
 
 

@@ -6,9 +6,13 @@ An epoch (:meth:`Engine.epoch`) is
 
 1. the minibatch steps, as a plain torch loop with the data on the device: per member its own batch
    order (``shuffle_seed``), forward, base loss, regulariser (its MMD draws from its own ``noise_seed``
-   generator), backward, gradient clipping over the member's parameters, one Adam step;
+   generator), backward, gradient clipping over the member's parameters, one Adam step. The epoch's
+   batches are gathered once (in chunks of at most ``GATHER_ELEMENTS``), and with them what the
+   regulariser needs that the network does not change (:meth:`kcal.objectives.Objective.prepare`: the
+   MMD's x-kernels and target-target sums), in one batched call instead of once per step;
 2. validation on the whole split in ``eval_batch_size`` chunks (:class:`kcal.run.epoch.ValidationAccumulator`,
-   validation draws re-seeded ``eval_seed`` each epoch), and the DCE curves when ``trainer.log_dce``;
+   validation draws re-seeded ``eval_seed`` each epoch; the chunks' regulariser constants built once per
+   run), and the DCE curves when ``trainer.log_dce``;
 3. the per-epoch rules of :mod:`kcal.run.epoch` for each member: history row, divergence, early stopping
    and best weights (:class:`~kcal.run.epoch.MonitorState`, Lightning's ``EarlyStopping`` and
    ``ModelCheckpoint(save_top_k=1)`` as plain state), ``min_epochs``/``max_epochs``. A member that stops
@@ -37,7 +41,10 @@ from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_
 from kcal.run.setup import Prepared
 from kcal.run.stacked_net import StackedMLP, clip_grad_norm, clip_grad_norm_per_member, member_slice
 
-__all__ = ["Engine", "Member", "SingleNet", "adam"]
+__all__ = ["Engine", "GATHER_ELEMENTS", "Member", "SingleNet", "adam"]
+
+#: at most this many elements of gathered batches (inputs, labels, x-kernels) per chunk of an epoch's steps
+GATHER_ELEMENTS = 1 << 23
 
 
 def adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
@@ -167,8 +174,22 @@ class Engine:
         clip = self.t.gradient_clip_val
         self.clip = float(clip) if clip is not None and clip > 0 else None
         self.max_epochs, self.min_epochs = int(self.t.max_epochs), int(self.t.min_epochs or 0)
+        # validation chunks, and their regulariser constants: built once, as x and y never change
+        xv, yv, ebs = self.val_split.x, self.val_split.y, int(self.t.eval_batch_size)
+        self.val_bounds = [(s, min(s + ebs, xv.shape[0])) for s in range(0, xv.shape[0], ebs)]
+        self.val_consts = [self.objective.prepare(xv[s:e], yv[s:e]) if self.has_reg and e - s >= 2 else None
+                           for s, e in self.val_bounds]  # fmt: skip
 
     # ---- the minibatch steps of one epoch -----------------------------------------------------------
+    def step_chunks(self, nb: int, k: int) -> list[tuple[int, int]]:
+        """The epoch's steps ``[b0, b1)`` whose batches are gathered (and their regulariser constants built)
+        together: the whole epoch when its gathered batches fit ``GATHER_ELEMENTS``."""
+        x = self.train_split.x
+        bs = int(self.t.batch_size)
+        per_step = k * bs * (x.shape[-1] + 2 + (bs if self.has_reg else 0))
+        size = max(1, min(nb, GATHER_ELEMENTS // max(per_step, 1)))
+        return [(b0, min(b0 + size, nb)) for b0 in range(0, nb, size)]
+
     def train_epoch(self) -> torch.Tensor:
         """One epoch of minibatch steps for the active members; (K, 3) means of loss, base, regulariser."""
         x, y = self.train_split.x, self.train_split.y
@@ -178,47 +199,56 @@ class Engine:
         gens = [self.members[i].shuffle for i in self.active]
         single = isinstance(self.net, SingleNet)
         if single:
-            perm = torch.randperm(n, device=x.device, generator=gens[0])
-        else:
-            perms = torch.stack([torch.randperm(n, device=x.device, generator=g) for g in gens])
+            order = torch.randperm(n, device=x.device, generator=gens[0])
+        else:  # (steps, K, bs) after the view below: step b's batch of every member is contiguous
+            order = torch.stack([torch.randperm(n, device=x.device, generator=g) for g in gens])
         sums = torch.zeros(k, 3, device=x.device)
         self.net.training = True
         params = self.net.parameters()
-        for b in range(nb):
-            if single:  # the plain loop: no batched kernels, no vmap
-                idx = perm[b * bs : (b + 1) * bs]
-                xb, yb = x[idx], y[idx]
-                out = self.net.model(xb)
-                base = self.objective.base(out, yb)
-                reg = self._regularizer(out, xb, yb, 0) if self.has_reg else torch.zeros_like(base)
-                loss = base + self.weight * reg if self.has_reg else base
-                total = loss
+        for b0, b1 in self.step_chunks(nb, k):
+            if single:
+                idx = order[b0 * bs : b1 * bs].view(b1 - b0, bs)
             else:
-                idx = perms[:, b * bs : (b + 1) * bs]
-                xb, yb = x[idx], y[idx]
-                outputs = self.net(xb)
-                base = self.base(outputs, yb)
-                if self.has_reg:
-                    reg = torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i)
-                                       for i in range(k)])  # fmt: skip
-                    loss = base + self.weight * reg
+                idx = order[:, b0 * bs : b1 * bs].view(k, b1 - b0, bs).transpose(0, 1)
+            xs, ys = x[idx], y[idx]  # (steps, [K,] bs, ...): one gather for the chunk
+            consts = self.objective.prepare(xs, ys) if self.has_reg else None
+            for j in range(b1 - b0):
+                xb, yb = xs[j], ys[j]
+                if single:  # the plain loop: no batched kernels, no vmap
+                    out = self.net.model(xb)
+                    base = self.objective.base(out, yb)
+                    if self.has_reg:
+                        c = consts.at(j) if consts is not None else None
+                        reg = self._regularizer(out, xb, yb, 0, c)
+                        loss = base + self.weight * reg
+                    else:
+                        reg, loss = torch.zeros_like(base), base
+                    total = loss
                 else:
-                    reg = torch.zeros_like(base)
-                    loss = base
-                total = loss.sum()
-            for p in params:
-                p.grad = None
-            total.backward()
-            if self.clip is not None:
-                if single:
-                    clip_grad_norm(params, self.clip)
-                else:
-                    clip_grad_norm_per_member(params, self.clip)
-            self.opt.step()
-            sums += torch.stack([loss.detach(), base.detach(), reg.detach()], dim=-1)
+                    outputs = self.net(xb)
+                    base = self.base(outputs, yb)
+                    if self.has_reg:
+                        reg = torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i,
+                                                             consts.at(j, i) if consts is not None else None)
+                                           for i in range(k)])  # fmt: skip
+                        loss = base + self.weight * reg
+                    else:
+                        reg = torch.zeros_like(base)
+                        loss = base
+                    total = loss.sum()
+                for p in params:
+                    p.grad = None
+                total.backward()
+                if self.clip is not None:
+                    if single:
+                        clip_grad_norm(params, self.clip)
+                    else:
+                        clip_grad_norm_per_member(params, self.clip)
+                self.opt.step()
+                sums += torch.stack([loss.detach(), base.detach(), reg.detach()], dim=-1)
         return sums / max(nb, 1)
 
-    def _regularizer(self, out_i, x_i, y_i, pos: int) -> torch.Tensor:
+    def _regularizer(self, out_i, x_i, y_i, pos: int, const=None) -> torch.Tensor:
         eps = None
         if self.noise_samples is not None:
             mean = out_i[0]
@@ -226,17 +256,16 @@ class Engine:
             eps = torch.randn(
                 (self.noise_samples, mean.shape[0]), generator=gen, dtype=mean.dtype, device=mean.device
             )
-        return self.objective.regularization(out_i, x_i, y_i, eps=eps)
+        return self.objective.regularization(out_i, x_i, y_i, eps=eps, const=const)
 
     # ---- validation (and the DCE curves) -----------------------------------------------------------
     @torch.no_grad()
     def validate(self) -> list[dict]:
         """Whole-split validation values of each active member (one host synchronisation each)."""
-        obj, t = self.objective, self.t
+        obj = self.objective
         self.net.training = False
         xv, yv = self.val_split.x, self.val_split.y
-        ebs = int(t.eval_batch_size)
-        bounds = [(s, min(s + ebs, xv.shape[0])) for s in range(0, xv.shape[0], ebs)]
+        bounds = self.val_bounds
         outs = [self.net.eval_forward(xv[s:e]) for s, e in bounds]
         train_out = self.net.eval_forward(self.train_split.x) if self.log_dce else None
         rows = []
@@ -244,10 +273,10 @@ class Engine:
             m = self.members[i]
             gen = random_streams.generator(random_streams.eval_seed(m.seed), xv.device)
             acc = ValidationAccumulator(self.task)
-            for (s, e), out in zip(bounds, outs, strict=True):
+            for (s, e), out, const in zip(bounds, outs, self.val_consts, strict=True):
                 o, xb, yb = member_slice(out, pos), xv[s:e], yv[s:e]
                 if e - s >= 2:
-                    loss, _, _ = obj(o, xb, yb, generator=gen)
+                    loss, _, _ = obj(o, xb, yb, generator=gen, const=const)
                 else:  # a 1-row tail batch has no U-statistic; the base loss alone
                     loss = obj.base(o, yb)
                 acc.update(o, yb, loss)
