@@ -11,7 +11,8 @@ reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estima
 
 * ``mmd_overhead``: seconds per epoch of kcal's training loop (``kcal.run.module.fit_members``: Lightning driving the engine) with the base
   loss vs base + MMD (``nll`` vs ``nll_mmd`` on regression, ``xe`` vs ``xe_mmd`` on classification).
-  Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off.
+  Per epoch excluding setup = (T(e2 epochs) - T(e1 epochs)) / (e2 - e1), early stopping off, e2 chosen so
+  that the e2 - e1 epochs take about a second, the two objectives' fits taking turns in each repeat.
 * ``mmd_arithmetic``: the same pair in the minimal torch loop below: the floor ``mmd_overhead`` can reach
   without making the regulariser's own tensor arithmetic cheaper.
 * ``loop_overhead``: the same per-epoch time vs a minimal hand-written torch loop on the same model,
@@ -204,18 +205,30 @@ def fit_seconds(prep: Prepared, epochs: int) -> float:
         return time.perf_counter() - t0
 
 
-def lightning_epoch_seconds(prep: Prepared, epochs: tuple[int, int], repeats: int) -> tuple[float, float]:
-    """(median seconds per epoch excluding setup, median setup seconds) from fits of e1 and e2 epochs."""
+def lightning_epoch_seconds(preps: list[Prepared], epochs: tuple[int, int | None], repeats: int,
+                            fit_s: float = 1.0) -> tuple[list[tuple[float, float]], int]:  # fmt: skip
+    """Per ``prep``: (median seconds per epoch excluding setup, median setup seconds), from fits of e1 and
+    e2 epochs, the preps' fits taking turns in each repeat (so a drift of the machine's speed hits all
+    alike); and e2. ``e2=None`` picks it so that the e2 - e1 epochs take about ``fit_s`` seconds (from
+    the first prep's warm-up fit, an upper bound per epoch): short epochs are timed over many."""
     e1, e2 = epochs
-    per_epoch, setup = [], []
-    fit_seconds(prep, e1)  # warm-up: first-call costs (allocator, kernels, probes) are not per-epoch work
+    warm = [
+        fit_seconds(p, e1) for p in preps
+    ]  # first-call costs (allocator, kernels, probes) are not per-epoch work
+    if e2 is None:
+        e2 = e1 + max(2, math.ceil(fit_s * e1 / max(warm[0], 1e-9)))
+    per_epoch: list[list[float]] = [[] for _ in preps]
+    setup: list[list[float]] = [[] for _ in preps]
     for _ in range(repeats):
-        t1, t2 = fit_seconds(prep, e1), fit_seconds(prep, e2)
-        # a load spike during the short fit can make the difference meaningless: then fall back to the
-        # upper bound t2 / e2 (setup included)
-        per_epoch.append((t2 - t1) / (e2 - e1) if t2 > t1 else t2 / e2)
-        setup.append(max(0.0, t1 - e1 * per_epoch[-1]))
-    return statistics.median(per_epoch), statistics.median(setup)
+        for i, p in enumerate(preps):
+            t1, t2 = fit_seconds(p, e1), fit_seconds(p, e2)
+            # a load spike during the short fit can make the difference meaningless: then fall back to
+            # the upper bound t2 / e2 (setup included)
+            per_epoch[i].append((t2 - t1) / (e2 - e1) if t2 > t1 else t2 / e2)
+            setup[i].append(max(0.0, t1 - e1 * per_epoch[i][-1]))
+    return [
+        (statistics.median(pe), statistics.median(su)) for pe, su in zip(per_epoch, setup, strict=True)
+    ], e2
 
 
 def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:
@@ -251,18 +264,21 @@ def bench_device(device: str, args, log: Callable[[str], None]) -> list[Row]:
     rows: list[Row] = []
     acc = ["trainer.accelerator=gpu"] if device == "cuda" else ["trainer.accelerator=cpu"]
     small = [f"dataset.max_train_rows={args.max_train_rows}"] if args.max_train_rows else []
-    e1, e2 = args.epoch_pair
+    e1, e2_arg = args.epoch_pair
     for name in args.datasets:
         if not available(name) and name not in SYNTHETIC_SHAPES:
             log(f"skip {name}: not available offline")
             continue
         task = task_of(name)
         base_obj, mmd_obj = PAIRS[task]
+        preps = {obj: prepare_or_synthetic(compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small))
+                 for obj in (base_obj, mmd_obj)}  # fmt: skip
+        timed, e2 = lightning_epoch_seconds(list(preps.values()), (e1, e2_arg), args.repeats)
         per, bare_per = {}, {}
-        for obj in (base_obj, mmd_obj):
-            prep = prepare_or_synthetic(compose_cfg(f"dataset={name}", f"objective={obj}", *acc, *small))
-            per[obj], setup = lightning_epoch_seconds(prep, (e1, e2), args.repeats)
-            log(f"[{device}] {name} {obj}: {per[obj] * 1e3:.1f} ms/epoch (setup {setup:.2f} s)")
+        for (obj, prep), (per[obj], setup) in zip(preps.items(), timed, strict=True):
+            log(
+                f"[{device}] {name} {obj}: {per[obj] * 1e3:.1f} ms/epoch (setup {setup:.2f} s, epochs {e1} vs {e2})"
+            )
             if name in args.loop_datasets:
                 bare = statistics.median(bare_loop_epoch_seconds(prep, e2 + 1, torch.device(device))
                                          for _ in range(args.repeats))  # fmt: skip
@@ -394,7 +410,7 @@ def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Esti
     t0 = time.perf_counter()
     prep = prepare_or_synthetic(cfg)
     prep_s = time.perf_counter() - t0
-    per_epoch, setup = lightning_epoch_seconds(prep, (1, 2), repeats)
+    ((per_epoch, setup),), _ = lightning_epoch_seconds([prep], (1, 2), repeats)
     dev = torch.device("cpu")
     with tempfile.TemporaryDirectory() as d, quiet():
         p = fixed_epochs(prep, 1)
@@ -481,7 +497,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--datasets", nargs="+", default=None, help="default: crime blog adult dry-bean")
     ap.add_argument("--loop-datasets", nargs="+", default=None, help="datasets for the bare-loop comparison")
     ap.add_argument("--repeats", type=int, default=None, help="timings per measurement (median; default 3)")
-    ap.add_argument("--epoch-pair", type=int, nargs=2, default=None, help="e1 e2 for per-epoch timing (1 3)")
+    ap.add_argument("--epoch-pair", type=int, nargs=2, default=None,
+                    help="e1 e2 for per-epoch timing (default: 1 and enough epochs for about 1 s; --quick: 1 2)")  # fmt: skip
     ap.add_argument("--max-train-rows", type=int, default=None, help="subsample training rows")
     ap.add_argument("--seeds", type=int, default=None, help="seeds for the vectorised benchmark (50)")
     ap.add_argument("--seed-epochs", type=int, default=None, help="fixed epochs of the seeds benchmark (20)")
@@ -525,7 +542,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     args.loop_datasets = args.loop_datasets or (["crime"] if q else ["crime", "adult"])
     args.repeats = args.repeats or (1 if q else 3)
-    args.epoch_pair = args.epoch_pair or ((1, 2) if q else (1, 3))
+    args.epoch_pair = args.epoch_pair or ((1, 2) if q else (1, None))
     args.max_train_rows = args.max_train_rows or (256 if q else None)
     args.seeds = args.seeds or (3 if q else 50)
     args.seed_epochs = args.seed_epochs or (2 if q else 20)
