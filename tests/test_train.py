@@ -160,3 +160,21 @@ def test_the_logger_group_sends_epoch_values_to_tensorboard_or_nowhere(tmp_path)
     assert not (tmp_path / "tb" / "csv").exists()
     assert not (tmp_path / "none" / "csv").exists() and not (tmp_path / "none" / "tensorboard").exists()
     assert (tmp_path / "tb" / "history.csv").read_bytes() == (tmp_path / "none" / "history.csv").read_bytes()
+
+
+def test_the_csv_logger_gets_each_epochs_history_row_as_float32(tmp_path):
+    """Lightning's CSV logger: one row per epoch (epoch, step = the epoch, every history value as the
+    float32 Lightning logs), sent straight to the logger rather than through log_dict."""
+    import numpy as np
+
+    run(
+        cfg_for(*CLASSIFICATION, "objective=xe_mmd", "trainer.max_epochs=3", "trainer.min_epochs=3"), tmp_path
+    )
+    with open(tmp_path / "history.csv") as f:
+        history = list(csv.DictReader(f))
+    with open(tmp_path / "csv" / "metrics.csv") as f:
+        logged = list(csv.DictReader(f))
+    assert [(r["epoch"], r["step"]) for r in logged] == [("0", "0"), ("1", "1"), ("2", "2")]
+    assert set(logged[0]) == set(history[0]) | {"step"}
+    for h, row in zip(history, logged, strict=True):
+        assert all(float(row[k]) == float(np.float32(float(h[k]))) for k in h if k != "epoch")

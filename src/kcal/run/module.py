@@ -21,6 +21,7 @@ import pytorch_lightning as pl
 import torch
 
 from kcal.run.engine import Engine, Member
+from kcal.run.epoch import as_float32
 from kcal.run.setup import Prepared
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # a Lightning-internal deprecation, not ours
@@ -53,8 +54,11 @@ class EngineModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         rows = self.engine.epoch(self.current_epoch)
         if self.log_values and rows:  # a single member: Lightning's logger gets its epoch values
-            values = {k: v for k, v in rows[0].items() if k != "epoch"}
-            self.log_dict(values, on_step=False, on_epoch=True, batch_size=1)
+            # straight to the logger, as float32 with the epoch, as ``log_dict(on_epoch=True)`` hands them
+            # over; its result collection costs ~1 ms a value (6.6 ms of crime's 20-30 ms epoch)
+            epoch = self.current_epoch
+            values = {k: as_float32(v) for k, v in rows[0].items() if k != "epoch"}
+            self.logger.log_metrics({**values, "epoch": epoch}, step=epoch)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(training=len(self.engine.active))
