@@ -188,31 +188,33 @@ def rbf_weighted_sum(v: Tensor, w: Tensor, h: float) -> Tensor:
 
 
 def index_rbf_sums(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
-    """``(S, G)`` of M index-paired draws ``(M, n)`` against targets ``y`` ``(n,)`` with the symmetric,
-    zero-diagonal weight ``w`` ``(n, n)`` and ``k(a, b) = exp(-(a - b)^2 / h)``:
+    """``(S, G)`` of M index-paired draws ``(..., M, n)`` against targets ``y`` ``(..., n)`` with the symmetric,
+    zero-diagonal weight ``w`` ``(..., n, n)`` and ``k(a, b) = exp(-(a - b)^2 / h)`` (leading dimensions: a
+    stack of members, each its own sums):
 
     ``S = (S_ff - 2 S_tf) / M`` with ``S_ff = sum_s sum_ij W_ij k(f_si, f_sj)`` and
     ``S_tf = sum_s sum_ij W_ij k(y_i, f_sj)``, and, when ``need``, ``G_sk = dS/df_sk`` (else None):
     ``G_sk = -4/(h M) [sum_j W_kj k(f_sk, f_sj) (f_sk - f_sj) + sum_i W_ik k(y_i, f_sk) (y_i - f_sk)]``.
     Each (M, n, n) pass is one eager operation (a (2M, n, n) tensor holding both costs as much)."""
-    m, n = draws.shape
+    m, n = draws.shape[-2:]
     c = -LOG2E / h
+    wb = w.unsqueeze(-3)  # (..., 1, n, n): the same weight for every draw
     d = draws.unsqueeze(-1) - draws.unsqueeze(-2)  # forecast-forecast
     e = torch.mul(d, d).mul_(c).exp2_()
     if need:
-        e.mul_(w)
-        s_ff = e.sum()
+        e.mul_(wb)
+        s_ff = e.sum((-3, -2, -1))
         g = e.mul_(d).sum(-1)
     else:
-        s_ff = torch.mv(e.view(m, n * n), w.reshape(-1)).sum()
-    d = y.unsqueeze(-1) - draws.unsqueeze(-2)  # target-forecast: [s, i, j] = k(y_i, f_sj)
+        s_ff = torch.matmul(e.flatten(-2), w.flatten(-2).unsqueeze(-1)).sum((-2, -1))
+    d = y.unsqueeze(-2).unsqueeze(-1) - draws.unsqueeze(-2)  # target-forecast: [s, i, j] = k(y_i, f_sj)
     e = torch.mul(d, d).mul_(c).exp2_()
     if need:
-        e.mul_(w)
-        s_tf = e.sum()
+        e.mul_(wb)
+        s_tf = e.sum((-3, -2, -1))
         g = g.add_(e.mul_(d).sum(-2)).mul_(-4.0 / (h * m))
     else:
-        s_tf = torch.mv(e.view(m, n * n), w.reshape(-1)).sum()
+        s_tf = torch.matmul(e.flatten(-2), w.flatten(-2).unsqueeze(-1)).sum((-2, -1))
         g = None
     return (s_ff - 2.0 * s_tf) / m, g
 
@@ -247,24 +249,26 @@ class GaussianRBFIndexMMD(torch.autograd.Function):
     """:class:`RBFIndexMMD` of the reparameterised draws ``f_s = mean + std * eps_s`` divided by ``n (n - 1)``
     (the unbiased MMD^2 of the training step), with the draws formed inside: ``dMMD^2/dmean = sum_s G_s`` and
     ``dMMD^2/dstd = sum_s G_s eps_s`` (``G`` from :func:`index_rbf_sums`, scaled), so autograd records one
-    node instead of three."""
+    node instead of three. ``mean``, ``std``, ``y`` ``(..., n)``, ``eps`` ``(..., M, n)``, ``w`` ``(..., n, n)``,
+    ``s_tt`` ``(...)``: leading dimensions give one MMD^2 per member of a stack."""
 
     @staticmethod
     def forward(ctx, mean, std, eps, y, w, h, need, s_tt=None):
-        n = eps.shape[1]
-        s, g = index_rbf_sums(torch.addcmul(mean, std, eps), y, w, h, need)
+        n = eps.shape[-1]
+        s, g = index_rbf_sums(torch.addcmul(mean.unsqueeze(-2), std.unsqueeze(-2), eps), y, w, h, need)
         if s_tt is None:
             s_tt = rbf_weighted_sum(y, w, h)
         scale = 1.0 / (n * (n - 1))
         if need:
             g.mul_(scale)
-            ctx.save_for_backward(g.sum(0), g.mul_(eps).sum(0))
+            ctx.save_for_backward(g.sum(-2), g.mul_(eps).sum(-2))
         return (s_tt + s) * scale
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         g_mean, g_std = ctx.saved_tensors
+        grad_out = grad_out.unsqueeze(-1)
         return g_mean * grad_out, g_std * grad_out, None, None, None, None, None, None
 
 

@@ -149,6 +149,25 @@ class MMDStep:
             return self._regression(outputs, y, x, generator, eps, const)
         return self._classification(outputs, y, x, const)
 
+    @property
+    def stackable(self) -> bool:
+        """Whether :meth:`stacked` takes these options: the regression fast path (index-paired draws)."""
+        return self.task == "regression" and self.fast is not None
+
+    def stacked(self, outputs, y: Tensor, eps: Tensor, const: BatchConstants) -> Tensor:
+        """``(K,)`` MMD^2 of K members at once, each on its own batch (a stack of seed reruns): ``outputs`` =
+        ``(mean, std)`` ``(K, n)``, ``y`` ``(K, n)``, ``eps`` ``(K, M, n)`` (each member's own draws), ``const``
+        the K batches' :meth:`prepare`. Member k's gradients are those of ``self(..., eps=eps[k],
+        const=const.at(k))`` on its own slice bit for bit, its value to the last bit of a sum's order
+        (tested), so a stacked member trains exactly as alone; only where :attr:`stackable`."""
+        if not self.stackable:
+            raise ValueError(f"MMDStep.stacked takes the regression fast path only (task {self.task!r})")
+        mean, std = outputs
+        dt = mean.dtype
+        need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
+        return GaussianRBFIndexMMD.apply(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt), self.fast["h_y"],
+                                         need, _as(const.s_tt, dt))  # fmt: skip
+
     def _usable(self, x) -> bool:
         return (
             self.fast is not None

@@ -22,11 +22,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+from kcal.kernels import rbf_offdiag
 from kcal.metrics.regression import LOG_2PI
-from kcal.mmd_fused import LOG2E
+from kcal.mmd_fused import GaussianRBFIndexMMD, rbf_weighted_sum
+from kcal.run.engine import GATHER_ELEMENTS
 from kcal.run.setup import Prepared
 
-__all__ = ["BOUND_OBJECTIVES", "StackedIndexRBFMMD", "plain_stack_epoch_seconds", "stacked_rbf_weight"]
+__all__ = ["BOUND_OBJECTIVES", "plain_stack_epoch_seconds"]
 
 #: objectives whose batched arithmetic this module writes out
 BOUND_OBJECTIVES = ("nll", "nll_mmd", "xe", "xe_mmd")
@@ -61,75 +63,50 @@ def _forward(params, h, bn: list | None, eps_bn: float = 1e-5):
     return h
 
 
-def stacked_rbf_weight(x: torch.Tensor, h: float) -> torch.Tensor:
-    """``exp(-||x_ki - x_kj||^2 / h)`` off the diagonal and 0 on it, for K point sets ``x`` ``(K, n, d)``."""
-    x2 = x.square().sum(-1, keepdim=True)
-    d2 = torch.baddbmm(x2 + x2.transpose(1, 2), x, x.transpose(1, 2), alpha=-2.0).clamp_min_(0.0)
-    w = d2.mul_(-1.0 / h).exp_()
-    w.diagonal(dim1=-2, dim2=-1).zero_()
-    return w
-
-
-class StackedIndexRBFMMD(torch.autograd.Function):
-    """K index-paired RBF MMD^2 sums at once, gradient w.r.t. the draws formed in the forward pass (the
-    arithmetic of :class:`kcal.mmd_fused.RBFIndexMMD` over a leading member dimension)."""
-
-    @staticmethod
-    def forward(ctx, f, y, w, h, need):  # f (K, M, n), y (K, n), w (K, n, n)
-        m, c, wk = f.shape[1], -LOG2E / h, w.unsqueeze(1)
-        d = f.unsqueeze(-1) - f.unsqueeze(-2)
-        e = torch.mul(d, d).mul_(c).exp2_().mul_(wk)
-        s_ff = e.sum((-3, -2, -1))
-        g = e.mul_(d).sum(-1) if need else None
-        d = y.unsqueeze(1).unsqueeze(-1) - f.unsqueeze(-2)
-        e = torch.mul(d, d).mul_(c).exp2_().mul_(wk)
-        s_tf = e.sum((-3, -2, -1))
-        if need:
-            ctx.save_for_backward((g + e.mul_(d).sum(-2)).mul_(-4.0 / (h * m)))
-        dy = y.unsqueeze(-1) - y.unsqueeze(-2)
-        s_tt = (torch.mul(dy, dy).mul_(c).exp2_() * w).sum((-2, -1))
-        return s_tt + (s_ff - 2.0 * s_tf) / m
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        (g,) = ctx.saved_tensors
-        return g * grad_out[:, None, None], None, None, None, None
-
-
-def _objective(prep: Prepared, out, x, y, gen, w=None):
-    """(K,) losses of the objective on (K, n) batches, written plainly; ``w`` is the batches' x-kernel when
-    it was built ahead (the fixed validation chunks')."""
+def _objective(prep: Prepared, out, x, y, gen, w=None, s_tt=None):
+    """(K,) losses of the objective on (K, n) batches, written plainly; ``w`` (and ``s_tt``) are the batches'
+    x-kernels (and regression target sums) when they were built ahead, as kcal builds them."""
     obj, task = prep.objective, prep.task
-    n = y.shape[1]
+    mmd = obj.regularizer == "mmd" and obj.weight != 0
+    if mmd and w is None:
+        w = rbf_offdiag(x, float(obj.params["bandwidth_z"]))  # (K, n, n)
     if task == "regression":
         mean, std = out[..., 0], out[..., 1].exp().clamp_min(float(prep.cfg.model.min_std))
         loss = (torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI).mean(-1)
-        if obj.regularizer == "mmd" and obj.weight != 0:
+        if mmd:
             p = obj.params
             h_y, m = float(p.get("bandwidth_y", 1.0)), int(p.get("num_samples", 10))
-            eps = torch.randn((y.shape[0], m, n), generator=gen, device=y.device)
-            f = mean.unsqueeze(1) + std.unsqueeze(1) * eps  # (K, M, n)
-            w = stacked_rbf_weight(x, float(p["bandwidth_z"])) if w is None else w  # (K, n, n)
-            need = f.requires_grad and torch.is_grad_enabled()
-            mmd = StackedIndexRBFMMD.apply(f, y, w, h_y, need) / (n * (n - 1))
-            loss = loss + obj.weight * mmd
+            eps = torch.randn((y.shape[0], m, y.shape[1]), generator=gen, device=y.device)
+            need = mean.requires_grad and torch.is_grad_enabled()
+            loss = loss + obj.weight * GaussianRBFIndexMMD.apply(mean, std, eps, y, w, h_y, need, s_tt)
         return loss
     logits = out
+    n = y.shape[1]
     loss = (
         F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
         .view(y.shape)
         .mean(-1)
     )
-    if obj.regularizer == "mmd" and obj.weight != 0:
+    if mmd:
         p = obj.params
         mcls = logits.shape[-1]
         k_y = torch.full((mcls, mcls), math.exp(-2.0 / float(p.get("bandwidth_y", 0.1))), device=y.device)
         k_y.fill_diagonal_(1.0)
         d = F.one_hot(y, mcls).to(logits.dtype) - torch.softmax(logits, -1)
-        w = stacked_rbf_weight(x, float(p["bandwidth_z"])) if w is None else w
         loss = loss + obj.weight * (torch.bmm(w, d @ k_y) * d).sum((-2, -1)) / (n * (n - 1))
     return loss
+
+
+def _constants(prep: Prepared, x, y):
+    """The x-kernels (and regression target sums) of batches ``x`` ``(..., n, d)``, built ahead as kcal does
+    (:meth:`kcal.objectives.Objective.prepare`), or (None, None) without the MMD."""
+    obj = prep.objective
+    if obj.regularizer != "mmd" or obj.weight == 0 or x.shape[-2] < 2:
+        return None, None
+    w = rbf_offdiag(x, float(obj.params["bandwidth_z"]))
+    if prep.task == "regression":
+        return w, rbf_weighted_sum(y, w, float(obj.params.get("bandwidth_y", 1.0)))
+    return w, None
 
 
 def plain_stack_epoch_seconds(prep: Prepared, k: int, epochs: int = 3) -> float:
@@ -160,30 +137,37 @@ def plain_stack_epoch_seconds(prep: Prepared, k: int, epochs: int = 3) -> float:
     chunks = [
         (xv[s : s + ebs].expand(k, -1, -1), yv[s : s + ebs].expand(k, -1)) for s in range(0, xv.shape[0], ebs)
     ]
-    bw_z = prep.objective.params.get("bandwidth_z")
-    val_w = [stacked_rbf_weight(xb, float(bw_z)) if bw_z is not None and xb.shape[1] >= 2 else None
-             for xb, _ in chunks]  # fmt: skip  # the fixed validation chunks' x-kernels, once (as kcal)
+    val_consts = [
+        _constants(prep, xb, yb) for xb, yb in chunks
+    ]  # the fixed validation chunks', once (as kcal)
+    nb = n // bs
+    size = max(1, min(nb, GATHER_ELEMENTS // (k * bs * (x.shape[-1] + 2 + bs))))  # steps gathered at once
     times = []
     for _ in range(epochs + 1):
         t0 = time.perf_counter()
         perms = torch.stack([torch.randperm(n, generator=g, device=dev) for g in gens])
-        for b in range(n // bs):
-            idx = perms[:, b * bs : (b + 1) * bs]
-            xb, yb = x[idx], y[idx]
-            loss = _objective(prep, _forward(params, xb, bn), xb, yb, gen).sum()
-            for p in every:
-                p.grad = None
-            loss.backward()
-            if clip is not None:
-                norms = torch.stack([p.grad.reshape(k, -1).norm(dim=1) for p in params], 1).norm(dim=1)
-                scale = (clip / (norms + 1e-6)).clamp_(max=1.0)
-                for p in params:
-                    p.grad.mul_(scale.view(-1, *([1] * (p.dim() - 1))))
-            opt.step()
+        for b0 in range(0, nb, size):
+            b1 = min(b0 + size, nb)
+            idx = perms[:, b0 * bs : b1 * bs].view(k, b1 - b0, bs).transpose(0, 1)
+            xs, ys = x[idx], y[idx]  # (steps, K, bs, ...)
+            ws, tts = _constants(prep, xs, ys)
+            for j in range(b1 - b0):
+                xb, yb = xs[j], ys[j]
+                w, s_tt = (None, None) if ws is None else (ws[j], None if tts is None else tts[j])
+                loss = _objective(prep, _forward(params, xb, bn), xb, yb, gen, w, s_tt).sum()
+                for p in every:
+                    p.grad = None
+                loss.backward()
+                if clip is not None:
+                    norms = torch.stack([p.grad.reshape(k, -1).norm(dim=1) for p in params], 1).norm(dim=1)
+                    scale = (clip / (norms + 1e-6)).clamp_(max=1.0)
+                    for p in params:
+                        p.grad.mul_(scale.view(-1, *([1] * (p.dim() - 1))))
+                opt.step()
         with torch.no_grad():
-            for (xb, yb), w in zip(chunks, val_w, strict=True):
+            for (xb, yb), (w, s_tt) in zip(chunks, val_consts, strict=True):
                 if xb.shape[1] >= 2:
-                    float(_objective(prep, _forward(params, xb, bn), xb, yb, gen, w).sum())
+                    float(_objective(prep, _forward(params, xb, bn), xb, yb, gen, w, s_tt).sum())
         times.append(time.perf_counter() - t0)
     times = sorted(times[1:])
     return times[len(times) // 2]

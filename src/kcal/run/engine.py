@@ -228,9 +228,9 @@ class Engine:
                     outputs = self.net(xb)
                     base = self.base(outputs, yb)
                     if self.has_reg:
-                        reg = torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i,
-                                                             consts.at(j, i) if consts is not None else None)
-                                           for i in range(k)])  # fmt: skip
+                        reg = self._stacked_regularizer(
+                            outputs, xb, yb, consts.at(j) if consts is not None else None
+                        )
                         loss = base + self.weight * reg
                     else:
                         reg = torch.zeros_like(base)
@@ -247,6 +247,20 @@ class Engine:
                 self.opt.step()
                 sums += torch.stack([loss.detach(), base.detach(), reg.detach()], dim=-1)
         return sums / max(nb, 1)
+
+    def _stacked_regularizer(self, outputs, xb, yb, const) -> torch.Tensor:
+        """(K,) regularisers of the active members: the regression MMD in one batched call
+        (:meth:`kcal.mmd_steps.MMDStep.stacked`, each member's draws from its own generator), any other
+        member by member."""
+        step = self.objective.mmd_step
+        if const is not None and self.noise_samples is not None and step is not None and step.stackable:
+            mean = outputs[0]
+            eps = torch.stack([torch.randn((self.noise_samples, mean.shape[-1]), generator=self.members[i].noise,
+                                           dtype=mean.dtype, device=mean.device) for i in self.active])  # fmt: skip
+            return step.stacked(outputs, yb, eps, const)
+        return torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i,
+                                              const.at(i) if const is not None else None)
+                            for i in range(len(self.active))])  # fmt: skip
 
     def _regularizer(self, out_i, x_i, y_i, pos: int, const=None) -> torch.Tensor:
         eps = None
