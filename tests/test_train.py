@@ -178,3 +178,17 @@ def test_the_csv_logger_gets_each_epochs_history_row_as_float32(tmp_path):
     assert set(logged[0]) == set(history[0]) | {"step"}
     for h, row in zip(history, logged, strict=True):
         assert all(float(row[k]) == float(np.float32(float(h[k]))) for k in h if k != "epoch")
+
+
+@pytest.mark.parametrize("objective", ["nll_mmd", "nll"])
+def test_an_epoch_gathered_in_chunks_trains_as_one_gathered_whole(objective, tmp_path, monkeypatch):
+    """The engine gathers an epoch's batches (and builds their MMD constants) in chunks of at most
+    GATHER_ELEMENTS elements: a chunk per step gives the same run, bit for bit, as the whole epoch at once."""
+    from kcal.run import engine
+
+    cfg = cfg_for(*REGRESSION, f"objective={objective}", "trainer.max_epochs=3", "trainer.min_epochs=3")
+    run(cfg, tmp_path / "whole")
+    monkeypatch.setattr(engine, "GATHER_ELEMENTS", 1)  # every step its own chunk
+    run(cfg, tmp_path / "chunks")
+    for name in ("metrics.json", "history.csv"):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "chunks" / name).read_bytes(), name

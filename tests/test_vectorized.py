@@ -254,3 +254,13 @@ def test_the_engines_clip_is_torchs_clip_grad_norm(max_norm):
         assert torch.equal(total, torch.nn.utils.clip_grad_norm_(theirs, max_norm))
         for a, b in zip(ours, theirs, strict=True):
             assert torch.equal(a.grad, b.grad)
+
+
+@needs_data
+def test_a_stack_gathering_its_epoch_in_chunks_equals_single_runs(tmp_path, monkeypatch):
+    """Stacked members' batches gathered (and their MMD constants built) a few steps at a time."""
+    from kcal.run import engine
+
+    monkeypatch.setattr(engine, "GATHER_ELEMENTS", 3 * 64 * 200)  # about one step of three members a chunk
+    cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=3", "trainer.min_epochs=3")
+    check_equivalent(cfg, tmp_path)
