@@ -1,14 +1,17 @@
 """Fused forward-and-gradient passes of the MMD estimators' hot paths, each equal to the autograd
 formulation of :mod:`kcal.mmd` (tested) with fewer passes over the (n, n) and (M, n, n) tensors.
 
-* :class:`RBFIndexMMD` / :func:`rbf_sample_mmd2_index`: index-paired RBF MMD^2 of forecast draws vs y;
+* :class:`RBFIndexMMD` / :func:`rbf_sample_mmd2_index`: index-paired RBF MMD^2 of forecast draws vs y,
+  and :class:`GaussianRBFIndexMMD`, the same of the draws ``mean + std * eps`` (the training step's, for
+  one model or a stack of them); both from :func:`index_rbf_sums` and :func:`rbf_weighted_sum`, with
+  ``exp2`` (:data:`LOG2E`), so equal to the autograd formulation to rounding;
 * :class:`AnalyticRBFMMD` / :func:`analytic_gaussian_mmd2`: the Gaussian draws integrated out in
   closed form (``pairing="analytic"``);
 * :class:`AnalyticClassMMD`: the classification estimator ``sum((W D K) o D)`` with ``D = Y - Q``;
 * :func:`offdiag_weight`: K_z (or ones) with a zero diagonal, the weight all of them use.
 
 Each is used only where no input other than the forecast needs a gradient and no ``torch.func``
-transform is active; :mod:`kcal.mmd` decides.
+transform is active; :mod:`kcal.mmd` and :mod:`kcal.mmd_steps` decide.
 """
 
 from __future__ import annotations
