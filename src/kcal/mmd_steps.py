@@ -151,22 +151,50 @@ class MMDStep:
 
     @property
     def stackable(self) -> bool:
-        """Whether :meth:`stacked` takes these options: the regression fast path (index-paired draws)."""
-        return self.task == "regression" and self.fast is not None
+        """Whether :meth:`stacked` takes these options: the fast paths (regression with index-paired draws;
+        classes with an RBF x-kernel)."""
+        return self.fast is not None
 
-    def stacked(self, outputs, y: Tensor, eps: Tensor, const: BatchConstants) -> Tensor:
+    def stacked(self, outputs, y: Tensor, eps: Tensor | None, const: BatchConstants) -> Tensor | None:
         """``(K,)`` MMD^2 of K members at once, each on its own batch (a stack of seed reruns): ``outputs`` =
-        ``(mean, std)`` ``(K, n)``, ``y`` ``(K, n)``, ``eps`` ``(K, M, n)`` (each member's own draws), ``const``
-        the K batches' :meth:`prepare`. Member k's gradients are those of ``self(..., eps=eps[k],
-        const=const.at(k))`` on its own slice bit for bit, its value to the last bit of a sum's order
-        (tested), so a stacked member trains exactly as alone; only where :attr:`stackable`."""
+        ``(mean, std)`` ``(K, n)`` or logits ``(K, n, m)``, ``y`` ``(K, n)``, ``eps`` ``(K, M, n)`` (regression:
+        each member's own draws), ``const`` the K batches' :meth:`prepare`. Member k's gradients are those of
+        ``self(..., eps=eps[k], const=const.at(k))`` on its own slice bit for bit, its value to the last bit
+        of a sum's order (tested), so a stacked member trains exactly as alone. Classes: None (take the
+        members one by one) where a probe finds the device's batched matrix product not bit-identical to
+        its single one; only where :attr:`stackable`."""
         if not self.stackable:
-            raise ValueError(f"MMDStep.stacked takes the regression fast path only (task {self.task!r})")
-        mean, std = outputs
-        dt = mean.dtype
-        need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
-        return GaussianRBFIndexMMD.apply(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt), self.fast["h_y"],
-                                         need, _as(const.s_tt, dt))  # fmt: skip
+            raise ValueError(
+                f"MMDStep.stacked takes the fast paths only; options {self.options} take the general one"
+            )
+        if self.task == "regression":
+            mean, std = outputs
+            dt = mean.dtype
+            need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
+            return GaussianRBFIndexMMD.apply(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt),
+                                             self.fast["h_y"], need, _as(const.s_tt, dt))  # fmt: skip
+        probs = torch.softmax(outputs, dim=-1)
+        k, n, m = probs.shape
+        dt, dev = probs.dtype, probs.device
+        if not self._batched_matmul_exact(k, n, m, dt, dev):
+            return None
+        k_y = self._class_kernel(m, dt, dev)
+        need = probs.requires_grad and torch.is_grad_enabled()
+        onehot = self._eye(m, dt, dev)[y.long()]
+        return AnalyticClassMMD.apply(probs, onehot, k_y, _as(const.w, dt), need) / (n * (n - 1))
+
+    def _batched_matmul_exact(self, k: int, n: int, m: int, dtype, device) -> bool:
+        """Whether :class:`AnalyticClassMMD` of a (k, n, m) stack equals each member's own, bit for bit, on
+        random inputs of these shapes (once per shape, dtype and device)."""
+        key = ("probe", k, n, m, dtype, device)
+        if key not in self._class_kernels:
+            g = torch.Generator().manual_seed(0)
+            w = torch.rand(k, n, n, generator=g, dtype=dtype).to(device)
+            d = torch.randn(k, n, m, generator=g, dtype=dtype).to(device)
+            k_y = torch.rand(m, m, generator=g, dtype=dtype).to(device)
+            g_all = torch.matmul(w, d @ k_y)
+            self._class_kernels[key] = all(torch.equal(g_all[i], w[i] @ (d[i] @ k_y)) for i in range(k))
+        return self._class_kernels[key]
 
     def _usable(self, x) -> bool:
         return (

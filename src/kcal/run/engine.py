@@ -249,15 +249,21 @@ class Engine:
         return sums / max(nb, 1)
 
     def _stacked_regularizer(self, outputs, xb, yb, const) -> torch.Tensor:
-        """(K,) regularisers of the active members: the regression MMD in one batched call
+        """(K,) regularisers of the active members: the MMD in one batched call where it can
         (:meth:`kcal.mmd_steps.MMDStep.stacked`, each member's draws from its own generator), any other
         member by member."""
         step = self.objective.mmd_step
-        if const is not None and self.noise_samples is not None and step is not None and step.stackable:
-            mean = outputs[0]
-            eps = torch.stack([torch.randn((self.noise_samples, mean.shape[-1]), generator=self.members[i].noise,
-                                           dtype=mean.dtype, device=mean.device) for i in self.active])  # fmt: skip
-            return step.stacked(outputs, yb, eps, const)
+        if const is not None and step is not None and step.stackable:
+            eps = None
+            if self.noise_samples is not None:
+                mean = outputs[0]
+                eps = torch.stack([torch.randn((self.noise_samples, mean.shape[-1]), generator=self.members[i].noise,
+                                               dtype=mean.dtype, device=mean.device) for i in self.active])  # fmt: skip
+            reg = step.stacked(outputs, yb, eps, const)
+            if (
+                reg is not None
+            ):  # None: classes on a device whose batched product differs (no draws were made)
+                return reg
         return torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i,
                                               const.at(i) if const is not None else None)
                             for i in range(len(self.active))])  # fmt: skip
