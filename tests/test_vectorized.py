@@ -264,3 +264,17 @@ def test_a_stack_gathering_its_epoch_in_chunks_equals_single_runs(tmp_path, monk
     monkeypatch.setattr(engine, "GATHER_ELEMENTS", 3 * 64 * 200)  # about one step of three members a chunk
     cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=3", "trainer.min_epochs=3")
     check_equivalent(cfg, tmp_path)
+
+
+@needs_data
+def test_a_stack_whose_batched_mmd_probe_fails_takes_its_members_one_by_one(tmp_path, monkeypatch):
+    """Where MMDStep.stack_exact's probe finds the batched MMD inexact (a GPU's kernels may be), the engine
+    computes the members' regularisers one by one, each drawing from its own generator once: the stack
+    still equals the single runs."""
+    from kcal.mmd_steps import MMDStep
+
+    calls = []
+    monkeypatch.setattr(MMDStep, "_probe", lambda self, *shape: calls.append(shape) or False)
+    cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=2", "trainer.min_epochs=2")
+    check_equivalent(cfg, tmp_path)
+    assert calls  # the probe was asked

@@ -155,14 +155,52 @@ class MMDStep:
         classes with an RBF x-kernel)."""
         return self.fast is not None
 
-    def stacked(self, outputs, y: Tensor, eps: Tensor | None, const: BatchConstants) -> Tensor | None:
+    def stack_exact(self, outputs) -> bool:
+        """Whether :meth:`stacked` gives each member of ``outputs`` (stacked on dim 0) its own call's
+        gradients bit for bit on their device: a probe on random inputs of these shapes, once per shape,
+        dtype and device (on this project's CPU it always does; a GPU's batched kernels may not)."""
+        if not self.stackable:
+            return False
+        t = outputs[0] if self.task == "regression" else outputs
+        k, n = t.shape[:2]
+        width = self.fast["m"] if self.task == "regression" else t.shape[-1]
+        key = ("probe", self.task, k, n, width, t.dtype, t.device)
+        if key not in self._class_kernels:
+            self._class_kernels[key] = self._probe(k, n, width, t.dtype, t.device)
+        return self._class_kernels[key]
+
+    def _probe(self, k: int, n: int, width: int, dtype, device) -> bool:
+        g = torch.Generator().manual_seed(0)
+
+        def rand(*shape):
+            return torch.rand(*shape, generator=g, dtype=dtype).to(device)
+
+        x, y = rand(k, n, 3), rand(k, n)
+        if self.task == "regression":
+            outputs = (rand(k, n).requires_grad_(), (rand(k, n) + 0.5).requires_grad_())
+            eps, leaves = rand(k, width, n), outputs
+        else:
+            outputs = rand(k, n, width).requires_grad_()
+            y, eps, leaves = (y * width).long().clamp_(max=width - 1), None, (outputs,)
+        const = self.prepare(x, y)
+        grads = torch.autograd.grad(self.stacked(outputs, y, eps, const).sum(), leaves)
+        for i in range(k):
+            own = tuple(t.detach()[i].requires_grad_() for t in leaves)
+            one = self(own if self.task == "regression" else own[0], y[i], x[i],
+                       eps=None if eps is None else eps[i], const=const.at(i))  # fmt: skip
+            if not all(
+                torch.equal(a[i], b) for a, b in zip(grads, torch.autograd.grad(one, own), strict=True)
+            ):
+                return False
+        return True
+
+    def stacked(self, outputs, y: Tensor, eps: Tensor | None, const: BatchConstants) -> Tensor:
         """``(K,)`` MMD^2 of K members at once, each on its own batch (a stack of seed reruns): ``outputs`` =
         ``(mean, std)`` ``(K, n)`` or logits ``(K, n, m)``, ``y`` ``(K, n)``, ``eps`` ``(K, M, n)`` (regression:
-        each member's own draws), ``const`` the K batches' :meth:`prepare`. Member k's gradients are those of
-        ``self(..., eps=eps[k], const=const.at(k))`` on its own slice bit for bit, its value to the last bit
-        of a sum's order (tested), so a stacked member trains exactly as alone. Classes: None (take the
-        members one by one) where a probe finds the device's batched matrix product not bit-identical to
-        its single one; only where :attr:`stackable`."""
+        each member's own draws), ``const`` the K batches' :meth:`prepare`. Where :meth:`stack_exact`, member
+        k's gradients are those of ``self(..., eps=eps[k], const=const.at(k))`` on its own slice bit for bit
+        and its value equal to the last bit of a sum's order (tested), so a stacked member trains exactly
+        as alone; only where :attr:`stackable`."""
         if not self.stackable:
             raise ValueError(
                 f"MMDStep.stacked takes the fast paths only; options {self.options} take the general one"
@@ -174,27 +212,13 @@ class MMDStep:
             return GaussianRBFIndexMMD.apply(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt),
                                              self.fast["h_y"], need, _as(const.s_tt, dt))  # fmt: skip
         probs = torch.softmax(outputs, dim=-1)
-        k, n, m = probs.shape
+        n, m = probs.shape[-2:]
         dt, dev = probs.dtype, probs.device
-        if not self._batched_matmul_exact(k, n, m, dt, dev):
-            return None
-        k_y = self._class_kernel(m, dt, dev)
         need = probs.requires_grad and torch.is_grad_enabled()
         onehot = self._eye(m, dt, dev)[y.long()]
-        return AnalyticClassMMD.apply(probs, onehot, k_y, _as(const.w, dt), need) / (n * (n - 1))
-
-    def _batched_matmul_exact(self, k: int, n: int, m: int, dtype, device) -> bool:
-        """Whether :class:`AnalyticClassMMD` of a (k, n, m) stack equals each member's own, bit for bit, on
-        random inputs of these shapes (once per shape, dtype and device)."""
-        key = ("probe", k, n, m, dtype, device)
-        if key not in self._class_kernels:
-            g = torch.Generator().manual_seed(0)
-            w = torch.rand(k, n, n, generator=g, dtype=dtype).to(device)
-            d = torch.randn(k, n, m, generator=g, dtype=dtype).to(device)
-            k_y = torch.rand(m, m, generator=g, dtype=dtype).to(device)
-            g_all = torch.matmul(w, d @ k_y)
-            self._class_kernels[key] = all(torch.equal(g_all[i], w[i] @ (d[i] @ k_y)) for i in range(k))
-        return self._class_kernels[key]
+        return AnalyticClassMMD.apply(
+            probs, onehot, self._class_kernel(m, dt, dev), _as(const.w, dt), need
+        ) / (n * (n - 1))
 
     def _usable(self, x) -> bool:
         return (

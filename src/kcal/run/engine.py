@@ -249,21 +249,17 @@ class Engine:
         return sums / max(nb, 1)
 
     def _stacked_regularizer(self, outputs, xb, yb, const) -> torch.Tensor:
-        """(K,) regularisers of the active members: the MMD in one batched call where it can
-        (:meth:`kcal.mmd_steps.MMDStep.stacked`, each member's draws from its own generator), any other
-        member by member."""
+        """(K,) regularisers of the active members: the MMD in one batched call where a probe finds it exact
+        on the device (:meth:`kcal.mmd_steps.MMDStep.stack_exact`; each member's draws from its own
+        generator), any other member by member."""
         step = self.objective.mmd_step
-        if const is not None and step is not None and step.stackable:
+        if const is not None and step is not None and step.stack_exact(outputs):
             eps = None
             if self.noise_samples is not None:
                 mean = outputs[0]
                 eps = torch.stack([torch.randn((self.noise_samples, mean.shape[-1]), generator=self.members[i].noise,
                                                dtype=mean.dtype, device=mean.device) for i in self.active])  # fmt: skip
-            reg = step.stacked(outputs, yb, eps, const)
-            if (
-                reg is not None
-            ):  # None: classes on a device whose batched product differs (no draws were made)
-                return reg
+            return step.stacked(outputs, yb, eps, const)
         return torch.stack([self._regularizer(member_slice(outputs, i), xb[i], yb[i], i,
                                               const.at(i) if const is not None else None)
                             for i in range(len(self.active))])  # fmt: skip
