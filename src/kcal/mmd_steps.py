@@ -166,7 +166,8 @@ class MMDStep:
         width = self.fast["m"] if self.task == "regression" else t.shape[-1]
         key = ("probe", self.task, k, n, width, t.dtype, t.device)
         if key not in self._class_kernels:
-            self._class_kernels[key] = self._probe(k, n, width, t.dtype, t.device)
+            with torch.enable_grad():
+                self._class_kernels[key] = self._probe(k, n, width, t.dtype, t.device)
         return self._class_kernels[key]
 
     def _probe(self, k: int, n: int, width: int, dtype, device) -> bool:
