@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from kcal.kernels import rbf_offdiag
 from kcal.metrics.regression import LOG_2PI
 from kcal.mmd_fused import GaussianRBFIndexMMD, rbf_weighted_sum
-from kcal.run.engine import GATHER_ELEMENTS
+from kcal.run.engine import step_chunks
 from kcal.run.setup import Prepared
 
 __all__ = ["BOUND_OBJECTIVES", "plain_stack_epoch_seconds"]
@@ -140,14 +140,14 @@ def plain_stack_epoch_seconds(prep: Prepared, k: int, epochs: int = 3) -> float:
     val_consts = [
         _constants(prep, xb, yb) for xb, yb in chunks
     ]  # the fixed validation chunks', once (as kcal)
-    nb = n // bs
-    size = max(1, min(nb, GATHER_ELEMENTS // (k * bs * (x.shape[-1] + 2 + bs))))  # steps gathered at once
+    chunks_of_steps = step_chunks(
+        n // bs, k, bs, x.shape[-1], kernels=True
+    )  # steps gathered at once, as kcal
     times = []
     for _ in range(epochs + 1):
         t0 = time.perf_counter()
         perms = torch.stack([torch.randperm(n, generator=g, device=dev) for g in gens])
-        for b0 in range(0, nb, size):
-            b1 = min(b0 + size, nb)
+        for b0, b1 in chunks_of_steps:
             idx = perms[:, b0 * bs : b1 * bs].view(k, b1 - b0, bs).transpose(0, 1)
             xs, ys = x[idx], y[idx]  # (steps, K, bs, ...)
             ws, tts = _constants(prep, xs, ys)

@@ -41,10 +41,21 @@ from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_
 from kcal.run.setup import Prepared
 from kcal.run.stacked_net import StackedMLP, clip_grad_norm, clip_grad_norm_per_member, member_slice
 
-__all__ = ["Engine", "GATHER_ELEMENTS", "Member", "SingleNet", "adam"]
+__all__ = ["Engine", "GATHER_ELEMENTS", "Member", "SingleNet", "adam", "step_chunks"]
 
 #: at most this many elements of gathered batches (inputs, labels, x-kernels) per chunk of an epoch's steps
 GATHER_ELEMENTS = 1 << 23
+
+
+def step_chunks(
+    steps: int, members: int, batch_size: int, features: int, kernels: bool
+) -> list[tuple[int, int]]:
+    """An epoch's ``steps`` as ranges ``[b0, b1)`` gathered together: as many steps as fit
+    ``GATHER_ELEMENTS`` elements of gathered inputs and labels (and (bs, bs) x-kernels when ``kernels``) for
+    ``members`` members, the whole epoch when it fits, one step at the least."""
+    per_step = members * batch_size * (features + 2 + (batch_size if kernels else 0))
+    size = max(1, min(steps, GATHER_ELEMENTS // max(per_step, 1)))
+    return [(b0, min(b0 + size, steps)) for b0 in range(0, steps, size)]
 
 
 def adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
@@ -183,12 +194,8 @@ class Engine:
     # ---- the minibatch steps of one epoch -----------------------------------------------------------
     def step_chunks(self, nb: int, k: int) -> list[tuple[int, int]]:
         """The epoch's steps ``[b0, b1)`` whose batches are gathered (and their regulariser constants built)
-        together: the whole epoch when its gathered batches fit ``GATHER_ELEMENTS``."""
-        x = self.train_split.x
-        bs = int(self.t.batch_size)
-        per_step = k * bs * (x.shape[-1] + 2 + (bs if self.has_reg else 0))
-        size = max(1, min(nb, GATHER_ELEMENTS // max(per_step, 1)))
-        return [(b0, min(b0 + size, nb)) for b0 in range(0, nb, size)]
+        together (:func:`step_chunks`)."""
+        return step_chunks(nb, k, int(self.t.batch_size), self.train_split.x.shape[-1], self.has_reg)
 
     def train_epoch(self) -> torch.Tensor:
         """One epoch of minibatch steps for the active members; (K, 3) means of loss, base, regulariser."""
