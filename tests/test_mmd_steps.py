@@ -235,3 +235,37 @@ def test_stacked_class_members_equal_their_own_calls(dtype, kernel_y, bandwidth_
         one = step(z, labels[i], x[i], const=const.at(i))
         torch.testing.assert_close(value[i], one, rtol=1e-6 if dtype == torch.float32 else 1e-14, atol=1e-12)
         assert torch.equal(grad[i], torch.autograd.grad(one * weights[i], z)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threshold, scale", [(0.0, 1.0), (0.4, 0.3)])
+def test_tanh_decision_step_equals_regression_mmd(dtype, threshold, scale):
+    """The decision kernel's fast path (rank one: 1/M sum_s d_s^T W d_s) against the general estimator's
+    (M, n, n) Gram matrices: same value and gradients to rounding, one batch and a stack (whether the stack
+    is bit-identical to its members is the probe's to say: its batched matmul may not be, in float32)."""
+    x, y, _, mean, raw, _ = _batch(d=7, dtype=dtype)
+    options = {"form": "individual", "kernel_y": "tanh_decision", "threshold": threshold, "scale": scale,
+               "kernel_z": "rbf", "bandwidth_z": 9.0, "num_samples": 6, "pairing": "index"}  # fmt: skip
+    step = MMDStep("regression", options)
+    assert step.fast is not None and "tanh" in step.fast
+    assert (
+        MMDStep("regression", {**options, "threshold": "auto"}).fast is None
+    )  # resolved by the caller first
+    std = lambda: torch.nn.functional.softplus(raw) + 0.05  # noqa: E731
+    eps = torch.randn(6, x.shape[0], dtype=dtype)
+    a, ga = _value_and_grads(lambda: step((mean, std()), y, x, eps=eps), [mean, raw])
+    b, gb = _value_and_grads(lambda: regression_mmd((mean, std()), y, x, **options, eps=eps), [mean, raw])
+    _close(a, b, dtype)
+    for u, v in zip(ga, gb, strict=True):
+        _close(u, v, dtype)
+    c, gc = _value_and_grads(
+        lambda: step((mean, std()), y, x, eps=eps, const=step.prepare(x, y)), [mean, raw]
+    )
+    assert torch.equal(c, a) and all(torch.equal(u, v) for u, v in zip(gc, ga, strict=True))
+    xs, ys = torch.stack([x, x.flip(0)]), torch.stack([y, y.flip(0)])
+    means = torch.stack([mean.detach(), mean.detach().flip(0)]).requires_grad_()
+    stds = torch.stack([std().detach(), std().detach().flip(0)])
+    epss = torch.stack([eps, eps.flip(1)])
+    both = step.stacked((means, stds), ys, epss, step.prepare(xs, ys))
+    for i in range(2):
+        _close(both[i], step((means[i], stds[i]), ys[i], xs[i], eps=epss[i]), dtype)

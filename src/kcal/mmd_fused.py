@@ -35,6 +35,7 @@ __all__ = [
     "offdiag_weight",
     "rbf_sample_mmd2_index",
     "rbf_weighted_sum",
+    "tanh_index_mmd2",
 ]
 
 
@@ -273,6 +274,22 @@ class GaussianRBFIndexMMD(torch.autograd.Function):
         g_mean, g_std = ctx.saved_tensors
         grad_out = grad_out.unsqueeze(-1)
         return g_mean * grad_out, g_std * grad_out, None, None, None, None, None, None
+
+
+def tanh_index_mmd2(mean: Tensor, std: Tensor, eps: Tensor, y: Tensor, w: Tensor, threshold: float,
+                    scale: float) -> Tensor:  # fmt: skip
+    """Index-paired MMD^2 of the draws ``f_s = mean + std * eps_s`` against ``y`` with the decision kernel
+    ``k(a, b) = t(a) t(b)``, ``t(v) = tanh((v - threshold) / scale)``, and the symmetric, zero-diagonal
+    weight ``w``. The kernel has rank one, so ``sum_{i != j} W_ij [k(y_i, y_j) + 1/M sum_s (k(f_si, f_sj) -
+    2 k(y_i, f_sj))] = 1/M sum_s d_s^T W d_s`` with ``d_s = t(f_s) - t(y)``: divided by ``n (n - 1)``, the
+    unbiased estimate of :func:`kcal.mmd.regression_mmd` (``kernel_y="tanh_decision"``, ``pairing="index"``;
+    tested), in O(M n^2) multiply-adds and no (M, n, n) tensor. Plain autograd operations; leading
+    dimensions (``mean`` ``(..., n)``, ``eps`` ``(..., M, n)``, ``w`` ``(..., n, n)``) give one value per member
+    of a stack."""
+    m, n = eps.shape[-2:]
+    draws = torch.addcmul(mean.unsqueeze(-2), std.unsqueeze(-2), eps)
+    d = torch.tanh((draws - threshold) / scale) - torch.tanh((y.unsqueeze(-2) - threshold) / scale)
+    return (d * torch.matmul(d, w)).sum((-2, -1)) / (m * n * (n - 1))
 
 
 def rbf_sample_mmd2_index(y: Tensor, draws: Tensor, bw: float, k_z: Tensor | None) -> Tensor:

@@ -10,6 +10,9 @@ call runs only the tensor operations, for the configurations the paper trains wi
   draws ``Yhat_si = mu_i + s_i eps_si``:
   ``MMD^2 = sum_{i != j} W_ij [k(y_i, y_j) + 1/M sum_s (k(f_si, f_sj) - 2 k(y_i, f_sj))] / (n (n - 1))``,
   ``W_ij = exp(-||x_i - x_j||^2 / h_z)`` (:class:`kcal.mmd_fused.GaussianRBFIndexMMD`);
+* the same with the relaxed decision kernel ``tanh_decision`` on y (rank one, ``k(a, b) = t(a) t(b)``,
+  ``t(v) = tanh((v - c) / s)``): ``MMD^2 = 1/M sum_s d_s^T W d_s / (n (n - 1))`` with
+  ``d_s = t(f_s) - t(y)`` (:func:`kcal.mmd_fused.tanh_index_mmd2`), no (M, n, n) tensor;
 * classification, forms conditioned on x (``individual``), RBF kernel on x with a numeric bandwidth,
   class kernel ``rbf`` or ``delta``:
   ``MMD^2 = sum((W D K) o D) / (n (n - 1))`` with ``D = onehot(y) - softmax(logits)``
@@ -37,7 +40,7 @@ from kcal import kernels
 from kcal.calibration_forms import get_classification_form, get_regression_form
 from kcal.inputs import functorch_active
 from kcal.mmd import classification_mmd, regression_mmd
-from kcal.mmd_fused import AnalyticClassMMD, GaussianRBFIndexMMD, rbf_weighted_sum
+from kcal.mmd_fused import AnalyticClassMMD, GaussianRBFIndexMMD, rbf_weighted_sum, tanh_index_mmd2
 
 __all__ = ["BatchConstants", "MMDStep"]
 
@@ -108,10 +111,16 @@ class MMDStep:
                 "pairing", "index"
             ) != "index":
                 return None
-            if o.get("bandwidth_y") is None or not _rbf(o.get("kernel_y", "rbf")):
-                return None
             if isinstance(m, bool) or not isinstance(m, int) or m < 1:
                 return None  # the general function says what is wrong
+            if kernels.kernel_key(o.get("kernel_y", "rbf")) == "tanh_decision":
+                c, sc = o.get("threshold", 0.0), o.get("scale", 1.0)
+                if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (c, sc)):
+                    return None  # "auto" and the like are resolved by the caller
+                return {"h_z": h_z, "tanh": (kernels.check_finite("threshold", c), kernels.check_positive("scale", sc)),
+                        "m": m}  # fmt: skip
+            if o.get("bandwidth_y") is None or not _rbf(o.get("kernel_y", "rbf")):
+                return None
             return {"h_z": h_z, "h_y": kernels.check_positive("bandwidth_y", o["bandwidth_y"]), "m": m}
         fm = get_classification_form(o.get("form", "individual"))
         kernel_y = str(o.get("kernel_y", "rbf")).lower()
@@ -139,6 +148,8 @@ class MMDStep:
             if self.task == "classification":
                 return BatchConstants(w)
             w = w.to(y.dtype) if y.is_floating_point() else w
+            if "tanh" in self.fast:  # a rank-one y-kernel: the MMD needs W only
+                return BatchConstants(w)
             return BatchConstants(w, rbf_weighted_sum(y.to(w.dtype), w, self.fast["h_y"]))
 
     def __call__(self, outputs, y: Tensor, x: Tensor | None = None, generator: torch.Generator | None = None,
@@ -209,6 +220,10 @@ class MMDStep:
         if self.task == "regression":
             mean, std = outputs
             dt = mean.dtype
+            if "tanh" in self.fast:
+                return tanh_index_mmd2(
+                    mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt), *self.fast["tanh"]
+                )
             need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
             return GaussianRBFIndexMMD.apply(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt),
                                              self.fast["h_y"], need, _as(const.s_tt, dt))  # fmt: skip
@@ -250,7 +265,12 @@ class MMDStep:
                 if const is None:
                     w, s_tt = kernels.rbf_offdiag(x, f["h_z"]).to(mean.dtype), None
                 else:
-                    w, s_tt = _as(const.w, mean.dtype), _as(const.s_tt, mean.dtype)
+                    w, s_tt = (
+                        _as(const.w, mean.dtype),
+                        None if const.s_tt is None else _as(const.s_tt, mean.dtype),
+                    )
+                if "tanh" in f:
+                    return tanh_index_mmd2(mean, std, eps, yd, w, *f["tanh"])
                 need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
                 return GaussianRBFIndexMMD.apply(mean, std, eps, yd, w, f["h_y"], need, s_tt)
         extra = (
