@@ -278,3 +278,11 @@ def test_a_stack_whose_batched_mmd_probe_fails_takes_its_members_one_by_one(tmp_
     cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=2", "trainer.min_epochs=2")
     check_equivalent(cfg, tmp_path)
     assert calls  # the probe was asked
+
+
+@needs_data
+def test_nll_mmd_with_the_decision_kernel_equals_single_runs(tmp_path):
+    """Table 7's NLL + MMD (tanh): its fast path, in a stack (batched where the probe allows, else member by
+    member) as alone."""
+    cfg = cfg_for(*CRIME, "objective=nll_mmd_tanh", "trainer.max_epochs=3", "trainer.min_epochs=3")
+    check_equivalent(cfg, tmp_path)
