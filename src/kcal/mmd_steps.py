@@ -87,7 +87,7 @@ class MMDStep:
             raise ValueError(f"unknown task {task!r}; valid: ['classification', 'regression']")
         self.task, self.options = task, dict(options)
         self.fast = self._fast_options()
-        self._class_kernels: dict = {}
+        self._cache: dict = {}  # class kernels, identity matrices and stack probes, by shape, dtype and device
 
     def _fast_options(self) -> dict | None:
         """The resolved numbers of the fast path, or None when these options take the general path."""
@@ -176,10 +176,10 @@ class MMDStep:
         k, n = t.shape[:2]
         width = self.fast["m"] if self.task == "regression" else t.shape[-1]
         key = ("probe", self.task, k, n, width, t.dtype, t.device)
-        if key not in self._class_kernels:
+        if key not in self._cache:
             with torch.enable_grad():
-                self._class_kernels[key] = self._probe(k, n, width, t.dtype, t.device)
-        return self._class_kernels[key]
+                self._cache[key] = self._probe(k, n, width, t.dtype, t.device)
+        return self._cache[key]
 
     def _probe(self, k: int, n: int, width: int, dtype, device) -> bool:
         g = torch.Generator().manual_seed(0)
@@ -300,16 +300,16 @@ class MMDStep:
 
     def _eye(self, m: int, dtype, device) -> Tensor:
         key = ("eye", m, dtype, device)
-        if key not in self._class_kernels:
-            self._class_kernels[key] = torch.eye(m, dtype=dtype, device=device)
-        return self._class_kernels[key]
+        if key not in self._cache:
+            self._cache[key] = torch.eye(m, dtype=dtype, device=device)
+        return self._cache[key]
 
     def _class_kernel(self, m: int, dtype, device) -> Tensor:
         key = (m, dtype, device)
-        if key not in self._class_kernels:
+        if key not in self._cache:
             if self.fast["kernel_y"] in ("delta", "one_hot_delta"):
                 k = kernels.one_hot_delta(m, dtype=dtype, device=device)
             else:
                 k = kernels.class_rbf(m, self.fast["bw_y"], dtype=dtype, device=device)
-            self._class_kernels[key] = k
-        return self._class_kernels[key]
+            self._cache[key] = k
+        return self._cache[key]
