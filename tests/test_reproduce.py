@@ -52,14 +52,20 @@ def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     cmd = sweep_cmd(tmp_path, 5, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
-    while time.time() < deadline:  # kill once 2 trials are done (a third is usually running)
+    # Kill mid-trial: once 2 trials are done and a running trial has been seen at two polls in a row.
+    # Killing the instant a trial is created, before its first heartbeat, leaves a RUNNING trial that
+    # Optuna never finds stale (fail_stale_trials skips trials without a heartbeat), and the resumed sweep
+    # waits for it forever: polling only for the second finished trial hit that instant about once in six runs.
+    seen_running = 0
+    while time.time() < deadline:
         time.sleep(0.2)
         if (tmp_path / "sweeps.db").exists():
             try:
-                finished, _, _ = study_counts(tmp_path, "crime__nll__paper")
+                finished, running, _ = study_counts(tmp_path, "crime__nll__paper")
             except Exception:  # study not created yet
                 continue
-            if finished >= 2:
+            seen_running = seen_running + 1 if finished >= 2 and running else 0
+            if seen_running >= 2:
                 break
     proc.send_signal(signal.SIGKILL)
     proc.wait()
