@@ -169,7 +169,8 @@ class MMDStep:
     def stack_exact(self, outputs) -> bool:
         """Whether :meth:`stacked` gives each member of ``outputs`` (stacked on dim 0) its own call's
         gradients bit for bit on their device: a probe on random inputs of these shapes, once per shape,
-        dtype and device (on this project's CPU it always does; a GPU's batched kernels may not)."""
+        dtype and device (on this project's CPU it does for the RBF kernels and classes in float32 and float64, and
+        not for the decision kernel's batched matmul in float32; a GPU's batched kernels may not)."""
         if not self.stackable:
             return False
         t = outputs[0] if self.task == "regression" else outputs
@@ -220,13 +221,8 @@ class MMDStep:
         if self.task == "regression":
             mean, std = outputs
             dt = mean.dtype
-            if "tanh" in self.fast:
-                return tanh_index_mmd2(
-                    mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt), *self.fast["tanh"]
-                )
-            need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
-            return GaussianRBFIndexMMD.apply(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt),
-                                             self.fast["h_y"], need, _as(const.s_tt, dt))  # fmt: skip
+            s_tt = None if const.s_tt is None else _as(const.s_tt, dt)
+            return self._regression_mmd(mean, std, _as(eps, dt), _as(y, dt), _as(const.w, dt), s_tt)
         probs = torch.softmax(outputs, dim=-1)
         n, m = probs.shape[-2:]
         dt, dev = probs.dtype, probs.device
@@ -235,6 +231,13 @@ class MMDStep:
         return AnalyticClassMMD.apply(
             probs, onehot, self._class_kernel(m, dt, dev), _as(const.w, dt), need
         ) / (n * (n - 1))
+
+    def _regression_mmd(self, mean, std, eps, y, w, s_tt) -> Tensor:
+        """The fast path's MMD^2 of one batch or a stack (leading dimensions), its inputs in one dtype."""
+        if "tanh" in self.fast:
+            return tanh_index_mmd2(mean, std, eps, y, w, *self.fast["tanh"])
+        need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
+        return GaussianRBFIndexMMD.apply(mean, std, eps, y, w, self.fast["h_y"], need, s_tt)
 
     def _usable(self, x) -> bool:
         return (
@@ -269,10 +272,7 @@ class MMDStep:
                         _as(const.w, mean.dtype),
                         None if const.s_tt is None else _as(const.s_tt, mean.dtype),
                     )
-                if "tanh" in f:
-                    return tanh_index_mmd2(mean, std, eps, yd, w, *f["tanh"])
-                need = (mean.requires_grad or std.requires_grad) and torch.is_grad_enabled()
-                return GaussianRBFIndexMMD.apply(mean, std, eps, yd, w, f["h_y"], need, s_tt)
+                return self._regression_mmd(mean, std, eps, yd, w, s_tt)
         extra = (
             {"eps": eps} if eps is not None else ({"generator": generator} if generator is not None else {})
         )
