@@ -18,7 +18,8 @@
   as a failed trial with its reason, and the sweep goes on.
 * A worker killed mid-trial, on any machine, stops sending its trial's heartbeat (Optuna's
   ``heartbeat_interval``); once ``grace_period`` has passed, any worker on the study fails that trial
-  and Optuna's retry callback re-queues its parameters, which the next free worker runs. A trial
+  and Optuna's retry callback re-queues its parameters, which the next free worker runs (a worker killed
+  before its trial's first heartbeat too: :func:`kcal.studies.fail_stale`). A trial
   left behind this way, and a surplus trial (two workers racing for the last slot), is not counted.
   A worker whose remaining slots are all held by running trials waits for them (or for their
   heartbeats to go stale), so ``sweep`` returns with the study complete.
@@ -59,11 +60,13 @@ from kcal.search_space import apply, sample, search_space, settings
 from kcal.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
 from kcal.storage_url import keeps_password_off_disk, masked
 from kcal.studies import (
+    STARTED,
     STATUS,
     best_trial,
     best_value,
     counted,
     fail_stale,
+    grace_s,
     no_usable_trial,
     open_checked_study,
     storage_url,
@@ -107,7 +110,7 @@ def run_trial(
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         numbers.append(trial.number)
-        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr(STARTED, socket.gethostname())
         trial.set_user_attr("pid", os.getpid())
         finished, _ = counted(study)
         earlier_running = sum(t.state == TrialState.RUNNING and t.number < trial.number
@@ -236,13 +239,13 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     poll = min(int(cfg.sweep.heartbeat_interval), 10)
     waiting = False
     while True:
-        fail_stale(study)
+        fail_stale(study, cfg)
         finished, running = counted(study)
         if finished >= n_trials:
             break
         if finished + running >= n_trials:  # the other slots are held by running trials: wait for them
             if not waiting:
-                grace = cfg.sweep.get("grace_period") or 2 * int(cfg.sweep.heartbeat_interval)
+                grace = grace_s(cfg)
                 print(f"[{tag}] {finished}/{n_trials} finished; waiting for {running} trial(s) running elsewhere "
                       f"(a dead worker's trial is retried {grace} s after its last heartbeat)",
                       file=sys.stderr, flush=True)  # fmt: skip

@@ -176,7 +176,7 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
             last_full = time.monotonic()
         for key in dirty:
             if key not in swept:
-                fail_stale(opened[key])
+                fail_stale(opened[key], studies[key])
                 study_counts[key] = counted(opened[key])
         dirty.clear()
 
