@@ -1,0 +1,28 @@
+"""The measurement scripts the README and docs/results/bench/README.md quote run, and print what they say."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .data.conftest import needs
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@needs("crime")
+def test_epoch_ratio_prints_both_epochs_and_the_pair_ratio():
+    out = subprocess.run([sys.executable, str(SCRIPTS / "epoch_ratio.py"), "crime", "1"],
+                         capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    assert re.search(r"crime: nll [\d.]+ ms/epoch, nll_mmd [\d.]+ ms/epoch; ratio median [\d.]+x", out.stdout)
+
+
+@needs("crime")
+def test_compile_step_times_eager_and_compiled_steps():
+    out = subprocess.run([sys.executable, str(SCRIPTS / "compile_step.py"), "crime", "1"],
+                         capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
+    for obj in ("nll", "nll_mmd"):
+        assert re.search(rf"  {obj}: eager [\d.]+ ms/step, compiled [\d.]+ ms/step: compiled is [\d.]+x", out.stdout)
+    assert re.search(r"MMD overhead \(nll_mmd / nll\): eager [\d.]+x, compiled [\d.]+x", out.stdout)
