@@ -24,5 +24,7 @@ def test_compile_step_times_eager_and_compiled_steps():
     out = subprocess.run([sys.executable, str(SCRIPTS / "compile_step.py"), "crime", "1"],
                          capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
     for obj in ("nll", "nll_mmd"):
-        assert re.search(rf"  {obj}: eager [\d.]+ ms/step, compiled [\d.]+ ms/step: compiled is [\d.]+x", out.stdout)
+        assert re.search(
+            rf"  {obj}: eager [\d.]+ ms/step, compiled [\d.]+ ms/step: compiled is [\d.]+x", out.stdout
+        )
     assert re.search(r"MMD overhead \(nll_mmd / nll\): eager [\d.]+x, compiled [\d.]+x", out.stdout)
