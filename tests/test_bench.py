@@ -1,10 +1,13 @@
 """kcal.bench: the quick benchmark runs in seconds and writes its table; the estimate and synthetic data."""
 
 import csv
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from kcal import bench
+from kcal.configs import CONFIG_DIR
 from kcal.paper import PAPER_OBJECTIVES
 
 from .data.conftest import needs
@@ -41,6 +44,24 @@ def test_estimate_covers_every_objective_of_a_dataset(tmp_path, capsys):
     assert [r["objective"] for r in rows] == list(PAPER_OBJECTIVES["classification"])
     assert all(float(r["hours_at_200_epochs"]) >= float(r["hours_at_60_epochs"]) > 0 for r in rows)
     assert "TOTAL" in (tmp_path / "estimate.md").read_text() and "TOTAL" in capsys.readouterr().out
+
+
+def test_estimate_follows_the_reproductions_plan_with_table_6_reruns_as_seeds_only():
+    stages = bench.protocol_stages("blog")
+    swept = [label for label, _, sweeps in stages if sweeps]
+    assert swept == list(PAPER_OBJECTIVES["regression"])
+    variants = [(label, overrides) for label, overrides, sweeps in stages if not sweeps]
+    sizes = [
+        int(s) for s in OmegaConf.load(Path(CONFIG_DIR) / "profile" / "full.yaml").reproduce.sample_sizes
+    ]
+    assert variants == [(f"nll_mmd@samples={m}", ["objective=nll_mmd", f"objective.params.num_samples={m}"])
+                        for m in sizes]  # fmt: skip
+    assert [label for label, _, _ in bench.protocol_stages("adult")] == list(
+        PAPER_OBJECTIVES["classification"]
+    )
+    rerun = bench.Estimate("blog", "nll_mmd@samples=1", 1000, 100, single_epoch=0.05, single_fixed=2.0,
+                           vec_epoch=0.5, finalize=0.2, synthetic=False, sweeps=False)  # fmt: skip
+    assert rerun.hours(60, 100, 50) == (0.0, (60 * 0.5 + 50 * 0.2) / 3600)
 
 
 def test_missing_datasets_are_replaced_by_synthetic_data_of_their_shape():

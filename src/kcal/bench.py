@@ -53,7 +53,8 @@ from omegaconf import DictConfig
 from kcal.bare_loop import bare_loop_epoch_seconds
 from kcal.configs import CONFIG_DIR
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
-from kcal.paper import PAPER_DATASETS, PAPER_OBJECTIVES, TASKS
+from kcal.layout import is_variant
+from kcal.paper import PAPER_DATASETS, TASKS
 from kcal.run import run
 from kcal.run.artifacts import finalize
 from kcal.run.engine import Engine, Member
@@ -390,9 +391,10 @@ class Estimate:
     vec_epoch: float  # s/epoch for all members of a vectorised chunk
     finalize: float  # s per member (evaluation + writing)
     synthetic: bool
+    sweeps: bool = True  # False: a rerun of another study's best trial (Table 6), seeds only
 
     def hours(self, epochs: float, trials: int, seeds: int) -> tuple[float, float]:
-        sweep = trials * (self.single_fixed + epochs * self.single_epoch)
+        sweep = trials * (self.single_fixed + epochs * self.single_epoch) if self.sweeps else 0.0
         seed = epochs * self.vec_epoch + seeds * self.finalize
         return sweep / 3600, seed / 3600
 
@@ -402,11 +404,25 @@ class Estimate:
         return (self.single_fixed + epochs * self.single_epoch) / 3600 + self.hours(epochs, 0, seeds)[1]
 
 
-def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Estimate:
+def protocol_stages(name: str) -> list[tuple[str, list[str], bool]]:
+    """(label, objective overrides, has a sweep) of each seed rerun the full protocol runs on ``name``:
+    :func:`kcal.reproduce.stages` of profile full, Table 6's sample sizes included."""
+    from kcal.reproduce import stages
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "reproduce", overrides=[f"task={task_of(name)}", "profile=full", f"reproduce.datasets=[{name}]"]
+        )
+    return [(label, [o for o in extra if o.startswith("objective")], not is_variant(label))
+            for _, label, extra in stages(cfg)]  # fmt: skip
+
+
+def estimate_one(
+    name: str, obj: str, seeds: int, log, repeats: int = 1, overrides=None, sweeps=True
+) -> Estimate:
     # as the protocol runs it: the config's defaults (per-epoch DCE curves and per-run figures included)
-    cfg = compose_cfg(
-        f"dataset={name}", f"objective={obj}", "trainer.accelerator=cpu", protocol_defaults=True
-    )
+    overrides = overrides or [f"objective={obj}"]
+    cfg = compose_cfg(f"dataset={name}", *overrides, "trainer.accelerator=cpu", protocol_defaults=True)
     t0 = time.perf_counter()
     prep = prepare_or_synthetic(cfg)
     prep_s = time.perf_counter() - t0
@@ -427,7 +443,7 @@ def estimate_one(name: str, obj: str, seeds: int, log, repeats: int = 1) -> Esti
     engine.validate()
     vec_epoch = time.perf_counter() - t0
     e = Estimate(name, obj, len(prep.data.train), prep.data.info.d, per_epoch, prep_s + setup + finalize_s, vec_epoch,
-                 finalize_s, prep.data.info.sources.get("synthetic") is not None)  # fmt: skip
+                 finalize_s, prep.data.info.sources.get("synthetic") is not None, sweeps)  # fmt: skip
     log(f"estimate {name} {obj}: single {per_epoch:.3f} s/epoch (+{e.single_fixed:.2f} s/run), "
         f"{seeds} vectorised {vec_epoch:.2f} s/epoch, evaluation {finalize_s:.2f} s/run")  # fmt: skip
     return e
@@ -439,8 +455,10 @@ def whole_protocol(args, log) -> tuple[list[Estimate], str]:
         if not available(name) and name not in SYNTHETIC_SHAPES:
             log(f"estimate: skip {name} (not available offline, no synthetic shape)")
             continue
-        for obj in PAPER_OBJECTIVES[task_of(name)]:
-            estimates.append(estimate_one(name, obj, args.seeds, log, args.estimate_repeats))
+        for label, overrides, sweeps in protocol_stages(name):
+            estimates.append(
+                estimate_one(name, label, args.seeds, log, args.estimate_repeats, overrides, sweeps)
+            )
     return estimates, format_estimate(estimates, args)
 
 
@@ -448,7 +466,7 @@ def format_estimate(estimates: list[Estimate], args) -> str:
     trials, seeds = args.trials, args.seeds
     lines = [f"Whole-protocol estimate on this machine ({os.cpu_count()} CPU cores, {torch.get_num_threads()} torch "
              f"threads): {trials} sweep trials (sequential single runs, default widths/batch size) + {seeds} seeds "
-             f"(vectorised) per (dataset, objective); epochs per run: {args.protocol_epochs[0]} "
+             f"(vectorised) per (dataset, objective), seeds only for Table 6's reruns (objective@samples=M); epochs per run: {args.protocol_epochs[0]} "
              f"(= max_epochs, upper bound) and {args.protocol_epochs[1]} (typical early-stopping length).", ""]  # fmt: skip
     head = ["dataset", "objective", "n_train", "d", "s/epoch 1 run", "s/epoch x" + str(seeds), "eval s/run"]
     head += [f"h @{e} ep (sweep+seeds)" for e in args.protocol_epochs]
