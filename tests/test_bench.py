@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kcal import bench
+from kcal import bench, bench_setup, protocol_estimate
 from kcal.configs import CONFIG_DIR
 from kcal.paper import PAPER_OBJECTIVES
 
@@ -47,7 +47,7 @@ def test_estimate_covers_every_objective_of_a_dataset(tmp_path, capsys):
 
 
 def test_estimate_follows_the_reproductions_plan_with_table_6_reruns_as_seeds_only():
-    stages = bench.protocol_stages("blog")
+    stages = protocol_estimate.protocol_stages("blog")
     swept = [label for label, _, sweeps in stages if sweeps]
     assert swept == list(PAPER_OBJECTIVES["regression"])
     variants = [(label, overrides) for label, overrides, sweeps in stages if not sweeps]
@@ -56,27 +56,27 @@ def test_estimate_follows_the_reproductions_plan_with_table_6_reruns_as_seeds_on
     ]
     assert variants == [(f"nll_mmd@samples={m}", ["objective=nll_mmd", f"objective.params.num_samples={m}"])
                         for m in sizes]  # fmt: skip
-    assert [label for label, _, _ in bench.protocol_stages("adult")] == list(
+    assert [label for label, _, _ in protocol_estimate.protocol_stages("adult")] == list(
         PAPER_OBJECTIVES["classification"]
     )
-    rerun = bench.Estimate("blog", "nll_mmd@samples=1", 1000, 100, single_epoch=0.05, single_fixed=2.0,
+    rerun = protocol_estimate.Estimate("blog", "nll_mmd@samples=1", 1000, 100, single_epoch=0.05, single_fixed=2.0,
                            vec_epoch=0.5, finalize=0.2, synthetic=False, sweeps=False)  # fmt: skip
     assert rerun.hours(60, 100, 50) == (0.0, (60 * 0.5 + 50 * 0.2) / 3600)
 
 
 def test_missing_datasets_are_replaced_by_synthetic_data_of_their_shape():
-    data = bench.synthetic("superconductivity")
-    n, d = bench.SYNTHETIC_SHAPES["superconductivity"]
+    data = bench_setup.synthetic("superconductivity")
+    n, d = bench_setup.SYNTHETIC_SHAPES["superconductivity"]
     assert len(data.train) + len(data.val) + len(data.test) == n and data.train.x.shape[1] == d
     assert data.info.task == "regression" and data.info.sources["synthetic"]
 
 
 def test_estimate_on_n_workers_divides_the_work_down_to_the_serial_chain():
     args = bench.parse(["--estimate-only", "--seeds", "50"])
-    e = bench.Estimate("crime", "nll", 1000, 100, single_epoch=0.05, single_fixed=2.0, vec_epoch=0.5,
+    e = protocol_estimate.Estimate("crime", "nll", 1000, 100, single_epoch=0.05, single_fixed=2.0, vec_epoch=0.5,
                        finalize=0.2, synthetic=False)  # fmt: skip
     totals = [sum(e.hours(ep, args.trials, args.seeds)) for ep in args.protocol_epochs]
-    lines = bench.scaling([e], args, totals)
+    lines = protocol_estimate.scaling([e], args, totals)
     table = {
         int(ln.split()[0]): [float(x) for x in ln.split()[1:]] for ln in lines if ln.split()[0].isdigit()
     }

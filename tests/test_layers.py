@@ -21,7 +21,8 @@ LAYERS = {
     "publishing": ["kcal.tables", "kcal.table_cells", "kcal.claims", "kcal.report", "kcal.pareto_report",
                    "kcal.figures", "kcal.state"],
     "orchestration": ["kcal.workers", "kcal.reproduce"],
-    "benchmark": ["kcal.bench", "kcal.bare_loop", "kcal.sweep_throughput", "kcal.stack_bound"],
+    "benchmark": ["kcal.bench", "kcal.bench_setup", "kcal.protocol_estimate", "kcal.bare_loop", "kcal.sweep_throughput",
+                  "kcal.stack_bound"],
 }  # fmt: skip
 ORDER = list(LAYERS)
 

@@ -3,7 +3,7 @@ regression MMD is the library's, tested against each member's regulariser in tes
 
 import pytest
 
-from kcal import bench
+from kcal import bench_setup
 from kcal.stack_bound import BOUND_OBJECTIVES, plain_stack_epoch_seconds
 
 from .data.conftest import needs
@@ -13,8 +13,10 @@ from .data.conftest import needs
 @pytest.mark.parametrize("objective", [*BOUND_OBJECTIVES, "xe_mmce"])
 def test_plain_stack_times_each_objective_it_covers(objective):
     dataset = "crime" if objective.startswith("nll") else "breast-cancer"
-    cfg = bench.compose_cfg(f"dataset={dataset}", f"objective={objective}", "dataset.max_train_rows=128")
-    prep = bench.prepare_or_synthetic(cfg)
+    cfg = bench_setup.compose_cfg(
+        f"dataset={dataset}", f"objective={objective}", "dataset.max_train_rows=128"
+    )
+    prep = bench_setup.prepare_or_synthetic(cfg)
     if objective not in BOUND_OBJECTIVES:
         with pytest.raises(ValueError, match="no plain batched loop for objective 'xe_mmce'"):
             plain_stack_epoch_seconds(prep, 3, epochs=1)

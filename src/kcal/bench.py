@@ -28,11 +28,7 @@ evaluation defaults.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
 import csv
-import io
-import logging
 import math
 import os
 import platform
@@ -41,126 +37,31 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from kcal.bare_loop import bare_loop_epoch_seconds
-from kcal.configs import CONFIG_DIR
-from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
-from kcal.layout import is_variant
+from kcal.bench_setup import (
+    PAIRS,
+    SYNTHETIC_SHAPES,
+    available,
+    compose_cfg,
+    lightning_epoch_seconds,
+    no_early_stopping,
+    prepare_or_synthetic,
+    quiet,
+    task_of,
+)
 from kcal.paper import PAPER_DATASETS, TASKS
+from kcal.protocol_estimate import whole_protocol, write_estimate
 from kcal.run import run
-from kcal.run.artifacts import finalize
-from kcal.run.engine import Engine, Member
-from kcal.run.module import fit_members, member_result
-from kcal.run.setup import Prepared, build, prepared_from
-from kcal.run.setup import prepare as prepare_run
 from kcal.stack_bound import BOUND_OBJECTIVES, plain_stack_epoch_seconds
 
-PAIRS = {"regression": ("nll", "nll_mmd"), "classification": ("xe", "xe_mmd")}
-# datasets whose full files are not in the offline mirror: synthetic data of the paper's shape (n, d)
-SYNTHETIC_SHAPES = {
-    "medical-expenditure": (33005, 107),
-    "superconductivity": (21263, 81),
-    "fb-comment": (40949, 53),
-}
 TARGETS = {"mmd_overhead": 1.2, "loop_overhead": 1.15, "seeds_vs_one": 3.0, "seeds_vs_arithmetic": 1.2}  # fmt: skip
-BASE = [
-    "trainer.progress_bar=false",
-    "trainer.log_dce=false",
-    "save_checkpoint=false",
-    "trainer.min_epochs=0",
-]
-NO_FIGURES = ["++figures=false"]  # per-run matplotlib figures (kcal.run.artifacts) are not training
-
-
-# ------------------------------------------------------------------------------------------------
-# helpers
-# ------------------------------------------------------------------------------------------------
-def compose_cfg(*overrides: str, protocol_defaults: bool = False) -> DictConfig:
-    """The train config with ``overrides``; diagnostics off unless ``protocol_defaults`` (then only the
-    progress bar is off: the configuration exactly as the reproduction runs it)."""
-    base = ["trainer.progress_bar=false"] if protocol_defaults else [*BASE, *NO_FIGURES]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("train", overrides=[*base, *overrides])
-
-
-def no_early_stopping(epochs: int) -> list[str]:
-    return [
-        f"trainer.max_epochs={epochs}",
-        f"trainer.min_epochs={epochs}",
-        f"trainer.patience={epochs + 1000}",
-    ]
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, list[float]]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), times
-
-
-@contextlib.contextmanager
-def quiet():
-    """Silence Lightning's banners and warnings during timed runs."""
-    names = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric", "kcal")
-    levels = {n: logging.getLogger(n).level for n in names}
-    for n in names:
-        logging.getLogger(n).setLevel(logging.ERROR)
-    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            yield
-        finally:
-            for n, level in levels.items():
-                logging.getLogger(n).setLevel(level)
-
-
-def synthetic(name: str, seed: int = 0) -> DatasetSplits:
-    """Random regression data of a missing dataset's paper shape, split 70/10/20."""
-    n, d = SYNTHETIC_SHAPES[name]
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g)
-    y = (x[:, : min(5, d)].sum(1) + torch.randn(n, generator=g)) / 3
-    a, b = int(0.7 * n), int(0.8 * n)
-    info = DatasetInfo(name=name, task="regression", protocol="official", split_seed=1, n_raw=n, n_used=n, d=d,
-                       m=None, y_center=0.0, y_scale=1.0, sources={"synthetic": f"randn({n}, {d})"})  # fmt: skip
-    return DatasetSplits(Split(x[:a], y[:a]), Split(x[a:b], y[a:b]), Split(x[b:], y[b:]), info)
-
-
-def prepare_or_synthetic(cfg: DictConfig) -> Prepared:
-    """``kcal.run.setup.prepare``, or the same on synthetic data for a dataset absent offline."""
-    try:
-        return prepare_run(cfg)
-    except Exception:
-        if cfg.dataset.name not in SYNTHETIC_SHAPES:
-            raise
-    return prepared_from(cfg, synthetic(cfg.dataset.name))
-
-
-def available(name: str) -> bool:
-    from kcal.data.registry import get_spec
-    from kcal.data.sources import locate
-
-    try:
-        locate(get_spec(name), download=False)
-        return True
-    except Exception:
-        return False
-
-
-def task_of(name: str) -> str:
-    from kcal.data.registry import get_spec
-
-    return get_spec(name).task
 
 
 @dataclass
@@ -188,48 +89,6 @@ class Row:
 # ------------------------------------------------------------------------------------------------
 # measurements
 # ------------------------------------------------------------------------------------------------
-def fixed_epochs(prep: Prepared, epochs: int) -> Prepared:
-    """``prep`` with exactly ``epochs`` epochs (min = max, patience beyond reach)."""
-    cfg = copy.deepcopy(prep.cfg)
-    cfg.trainer.max_epochs, cfg.trainer.min_epochs, cfg.trainer.patience = epochs, epochs, epochs + 1000
-    return replace(prep, cfg=cfg)
-
-
-def fit_seconds(prep: Prepared, epochs: int) -> float:
-    """Wall time of ``kcal.run.module.fit_members`` (Lightning driving the engine, one member) for exactly
-    ``epochs`` epochs."""
-    p = fixed_epochs(prep, epochs)
-    dev = torch.device("cpu")
-    with tempfile.TemporaryDirectory() as d, quiet():
-        t0 = time.perf_counter()
-        fit_members(p, [Member.create(int(p.cfg.seed), p.cfg, Path(d), dev)], dev, out=Path(d))
-        return time.perf_counter() - t0
-
-
-def lightning_epoch_seconds(preps: list[Prepared], epochs: tuple[int, int | None], repeats: int,
-                            fit_s: float = 1.0) -> tuple[list[tuple[float, float]], int]:  # fmt: skip
-    """Per ``prep``: (median seconds per epoch excluding setup, median setup seconds), from fits of e1 and
-    e2 epochs, the preps' fits taking turns in each repeat (so a drift of the machine's speed hits all
-    alike); and e2. ``e2=None`` picks it so that the e2 - e1 epochs take about ``fit_s`` seconds (from
-    the first prep's warm-up fit, an upper bound per epoch): short epochs are timed over many."""
-    e1, e2 = epochs
-    warm = [
-        fit_seconds(p, e1) for p in preps
-    ]  # first-call costs (allocator, kernels, probes) are not per-epoch work
-    if e2 is None:
-        e2 = e1 + max(2, math.ceil(fit_s * e1 / max(warm[0], 1e-9)))
-    per_epoch: list[list[float]] = [[] for _ in preps]
-    setup: list[list[float]] = [[] for _ in preps]
-    for _ in range(repeats):
-        for i, p in enumerate(preps):
-            t1, t2 = fit_seconds(p, e1), fit_seconds(p, e2)
-            # a load spike during the short fit can make the difference meaningless: then fall back to
-            # the upper bound t2 / e2 (setup included)
-            per_epoch[i].append((t2 - t1) / (e2 - e1) if t2 > t1 else t2 / e2)
-            setup[i].append(max(0.0, t1 - e1 * per_epoch[i][-1]))
-    return [
-        (statistics.median(pe), statistics.median(su)) for pe, su in zip(per_epoch, setup, strict=True)
-    ], e2
 
 
 def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:
@@ -378,135 +237,6 @@ def write_rows(rows: list[Row], out: Path, env: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# whole-protocol estimate
-# ------------------------------------------------------------------------------------------------
-@dataclass
-class Estimate:
-    dataset: str
-    objective: str
-    n_train: int
-    d: int
-    single_epoch: float  # s/epoch, one Lightning run
-    single_fixed: float  # s per run outside the epochs: prepare + Lightning setup + evaluation
-    vec_epoch: float  # s/epoch for all members of a vectorised chunk
-    finalize: float  # s per member (evaluation + writing)
-    synthetic: bool
-    sweeps: bool = True  # False: a rerun of another study's best trial (Table 6), seeds only
-
-    def hours(self, epochs: float, trials: int, seeds: int) -> tuple[float, float]:
-        sweep = trials * (self.single_fixed + epochs * self.single_epoch) if self.sweeps else 0.0
-        seed = epochs * self.vec_epoch + seeds * self.finalize
-        return sweep / 3600, seed / 3600
-
-    def chain_hours(self, epochs: float, seeds: int) -> float:
-        """What stays serial however many workers: the study's last trial, then its seed rerun
-        (one vectorised chunk, which needs the study's best trial)."""
-        return (self.single_fixed + epochs * self.single_epoch) / 3600 + self.hours(epochs, 0, seeds)[1]
-
-
-def protocol_stages(name: str) -> list[tuple[str, list[str], bool]]:
-    """(label, objective overrides, has a sweep) of each seed rerun the full protocol runs on ``name``:
-    :func:`kcal.reproduce.stages` of profile full, Table 6's sample sizes included."""
-    from kcal.reproduce import stages
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "reproduce", overrides=[f"task={task_of(name)}", "profile=full", f"reproduce.datasets=[{name}]"]
-        )
-    return [(label, [o for o in extra if o.startswith("objective")], not is_variant(label))
-            for _, label, extra in stages(cfg)]  # fmt: skip
-
-
-def estimate_one(
-    name: str, obj: str, seeds: int, log, repeats: int = 1, overrides=None, sweeps=True
-) -> Estimate:
-    # as the protocol runs it: the config's defaults (per-epoch DCE curves and per-run figures included)
-    overrides = overrides or [f"objective={obj}"]
-    cfg = compose_cfg(f"dataset={name}", *overrides, "trainer.accelerator=cpu", protocol_defaults=True)
-    t0 = time.perf_counter()
-    prep = prepare_or_synthetic(cfg)
-    prep_s = time.perf_counter() - t0
-    ((per_epoch, setup),), _ = lightning_epoch_seconds([prep], (1, 2), repeats)
-    dev = torch.device("cpu")
-    with tempfile.TemporaryDirectory() as d, quiet():
-        p = fixed_epochs(prep, 1)
-        engine, _ = fit_members(p, [Member.create(0, p.cfg, Path(d), dev)], dev)
-        member = engine.members[0]
-        model = build(p, 0)
-        model.load_state_dict(member.ckpt_state)
-        t0 = time.perf_counter()
-        finalize(p, model, member_result(member, 0.0), Path(d), 0)
-        finalize_s = time.perf_counter() - t0
-    engine = Engine(prep, [Member.create(s, cfg, Path("."), dev) for s in range(seeds)], dev)
-    t0 = time.perf_counter()
-    engine.train_epoch()
-    engine.validate()
-    vec_epoch = time.perf_counter() - t0
-    e = Estimate(name, obj, len(prep.data.train), prep.data.info.d, per_epoch, prep_s + setup + finalize_s, vec_epoch,
-                 finalize_s, prep.data.info.sources.get("synthetic") is not None, sweeps)  # fmt: skip
-    log(f"estimate {name} {obj}: single {per_epoch:.3f} s/epoch (+{e.single_fixed:.2f} s/run), "
-        f"{seeds} vectorised {vec_epoch:.2f} s/epoch, evaluation {finalize_s:.2f} s/run")  # fmt: skip
-    return e
-
-
-def whole_protocol(args, log) -> tuple[list[Estimate], str]:
-    estimates = []
-    for name in args.estimate_datasets:
-        if not available(name) and name not in SYNTHETIC_SHAPES:
-            log(f"estimate: skip {name} (not available offline, no synthetic shape)")
-            continue
-        for label, overrides, sweeps in protocol_stages(name):
-            estimates.append(
-                estimate_one(name, label, args.seeds, log, args.estimate_repeats, overrides, sweeps)
-            )
-    return estimates, format_estimate(estimates, args)
-
-
-def format_estimate(estimates: list[Estimate], args) -> str:
-    trials, seeds = args.trials, args.seeds
-    lines = [f"Whole-protocol estimate on this machine ({os.cpu_count()} CPU cores, {torch.get_num_threads()} torch "
-             f"threads): {trials} sweep trials (sequential single runs, default widths/batch size) + {seeds} seeds "
-             f"(vectorised) per (dataset, objective), seeds only for Table 6's reruns (objective@samples=M); epochs per run: {args.protocol_epochs[0]} "
-             f"(= max_epochs, upper bound) and {args.protocol_epochs[1]} (typical early-stopping length).", ""]  # fmt: skip
-    head = ["dataset", "objective", "n_train", "d", "s/epoch 1 run", "s/epoch x" + str(seeds), "eval s/run"]
-    head += [f"h @{e} ep (sweep+seeds)" for e in args.protocol_epochs]
-    table = [head]
-    totals = [0.0 for _ in args.protocol_epochs]
-    for e in estimates:
-        row = [e.dataset + (" (synthetic)" if e.synthetic else ""), e.objective, str(e.n_train), str(e.d),
-               f"{e.single_epoch:.3f}", f"{e.vec_epoch:.2f}", f"{e.finalize:.2f}"]  # fmt: skip
-        for i, ep in enumerate(args.protocol_epochs):
-            sweep, seed = e.hours(ep, trials, seeds)
-            totals[i] += sweep + seed
-            row.append(f"{sweep + seed:.1f} ({sweep:.1f}+{seed:.1f})")
-        table.append(row)
-    table.append(["TOTAL", "", "", "", "", "", ""] + [f"{t:.0f} h = {t / 24:.1f} days" for t in totals])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
-    return "\n".join(lines + [""] + scaling(estimates, args, totals))
-
-
-def scaling(estimates: list[Estimate], args, totals: list[float]) -> list[str]:
-    """Whole-protocol hours on N worker processes (``reproduce.jobs=N`` or N cluster jobs on one study):
-    about max(work / N, longest serial chain), the pool keeping every worker busy while work remains."""
-    if not estimates:
-        return []
-    lines = [f"On N worker processes (one thread each, cores as fast as this one's): hours ~ max(total / N, "
-             f"longest chain); the chain, one trial then the {args.seeds}-seed rerun of one (dataset, objective), "
-             f"stays serial:"]  # fmt: skip
-    chains = []
-    for ep in args.protocol_epochs:
-        slowest = max(estimates, key=lambda e: e.chain_hours(ep, args.seeds))
-        chains.append(slowest.chain_hours(ep, args.seeds))
-        lines.append(f"  longest chain @{ep} ep: {chains[-1]:.2f} h ({slowest.dataset}/{slowest.objective})")
-    head = ["N workers"] + [f"h @{ep} ep" for ep in args.protocol_epochs]
-    rows = [head] + [[str(n)] + [f"{max(t / n, c):.1f}" for t, c in zip(totals, chains, strict=True)]
-                     for n in args.workers]  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return lines + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-
-
-# ------------------------------------------------------------------------------------------------
 # command line
 # ------------------------------------------------------------------------------------------------
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -626,17 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out / 'bench.csv'} and {args.out / 'bench.md'}")
     if args.estimate or args.estimate_only:
         estimates, text = whole_protocol(args, log)
-        args.out.mkdir(parents=True, exist_ok=True)
-        with open(args.out / "estimate.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["dataset", "objective", "n_train", "d", "synthetic", "single_s_per_epoch", "single_fixed_s",
-                        f"vectorised_{args.seeds}_s_per_epoch", "eval_s_per_run",
-                        *[f"hours_at_{e}_epochs" for e in args.protocol_epochs]])  # fmt: skip
-            for e in estimates:
-                w.writerow([e.dataset, e.objective, e.n_train, e.d, e.synthetic, e.single_epoch, e.single_fixed,
-                            e.vec_epoch, e.finalize, *[sum(e.hours(ep, args.trials, args.seeds))
-                                                      for ep in args.protocol_epochs]])  # fmt: skip
-        (args.out / "estimate.md").write_text("```\n" + text + "\n```\n\n" + env + "\n")
+        write_estimate(estimates, text, args, env)
         print(text)
     return 0
 
