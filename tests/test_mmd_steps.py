@@ -6,7 +6,7 @@ function otherwise."""
 import pytest
 import torch
 
-from kcal import kernels
+from kcal import kernels, mmd_fused
 from kcal.mmd import classification_mmd, regression_mmd
 from kcal.mmd_steps import MMDStep
 from kcal.objectives import Objective
@@ -165,8 +165,20 @@ def test_objectives_train_with_the_fast_path():
     assert Objective("xe_mmce", "classification", "mmce", 1.0).mmd_step is None
 
 
+#: mmd_fused.PASS_ELEMENTS as shipped, and so small that every stack is taken member by member and every
+#: gradient-free sum draw by draw
+PASSES = [None, 1 << 8]
+
+
+@pytest.fixture(params=PASSES, ids=["one pass", "member by member"])
+def pass_elements(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setattr(mmd_fused, "PASS_ELEMENTS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_stacked_members_equal_their_own_calls(dtype):
+def test_stacked_members_equal_their_own_calls(dtype, pass_elements):
     """MMDStep.stacked: member k of a stack gets the value and gradients of its own call."""
     g = torch.Generator().manual_seed(2)
     k, n, m, d = 3, 16, 4, 9
@@ -190,7 +202,7 @@ def test_stacked_members_equal_their_own_calls(dtype):
         torch.testing.assert_close(g_std[i], gb, rtol=1e-6 if dtype == torch.float32 else 1e-14, atol=1e-12)
 
 
-def test_a_stack_of_reparameterised_mmds_equals_regression_mmd_per_member():
+def test_a_stack_of_reparameterised_mmds_equals_regression_mmd_per_member(pass_elements):
     """GaussianRBFIndexMMD over (K, ...) inputs, the x-kernels of the stack built in one call: member i's
     value and mean-gradient are regression_mmd's on its own batch (float64)."""
     from kcal.mmd_fused import GaussianRBFIndexMMD
@@ -210,6 +222,33 @@ def test_a_stack_of_reparameterised_mmds_equals_regression_mmd_per_member():
         ref = regression_mmd((mean[i], std[i]), y[i], x[i], bandwidth_y=1.5, bandwidth_z=4.0, eps=eps[i])
         torch.testing.assert_close(value[i], ref, rtol=1e-12, atol=1e-15)
         torch.testing.assert_close(grad[i], torch.autograd.grad(ref, mean)[0][i], rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("need", [True, False])
+def test_index_rbf_sums_in_parts_equal_one_pass(need, monkeypatch):
+    """A stack taken a group of members at a time, and without a gradient a member's draws a few at a time
+    (mmd_fused.PASS_ELEMENTS), gives each member's own sums: with a gradient (a training step) bit for bit
+    its own call's, and its one pass's to rounding. (Without one, a group's batched matrix product may
+    round otherwise than a member's own; the engine validates member by member.)"""
+    g = torch.Generator().manual_seed(5)
+    k, m, n = 5, 6, 8
+    draws, y = torch.randn(k, m, n, generator=g), torch.randn(k, n, generator=g)
+    w = kernels.rbf_offdiag(torch.randn(k, n, 3, generator=g), 2.0)
+    whole = mmd_fused.index_rbf_sums(draws, y, w, 0.7, need)
+    for elements in (2 * m * n * n, m * n * n - 1, n * n, 1):  # two members, one, one draw, one (at least)
+        monkeypatch.setattr(mmd_fused, "PASS_ELEMENTS", elements)
+        s, grad = mmd_fused.index_rbf_sums(draws, y, w, 0.7, need)
+        singles = [mmd_fused.index_rbf_sums(draws[i], y[i], w[i], 0.7, need) for i in range(k)]
+        own = torch.stack([one[0] for one in singles])
+        if need or elements < m * n * n:
+            assert torch.equal(s, own)
+        torch.testing.assert_close(s, own, rtol=2e-6, atol=0)
+        torch.testing.assert_close(s, whole[0], rtol=2e-6, atol=0)
+        if need:
+            assert torch.equal(grad, torch.stack([one[1] for one in singles]))
+            torch.testing.assert_close(grad, whole[1], rtol=2e-6, atol=1e-7)
+        else:
+            assert grad is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

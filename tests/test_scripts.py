@@ -28,3 +28,12 @@ def test_compile_step_times_eager_and_compiled_steps():
             rf"  {obj}: eager [\d.]+ ms/step, compiled [\d.]+ ms/step: compiled is [\d.]+x", out.stdout
         )
     assert re.search(r"MMD overhead \(nll_mmd / nll\): eager [\d.]+x, compiled [\d.]+x", out.stdout)
+
+
+@needs("crime")
+def test_stack_epoch_times_training_and_validation_apart():
+    cmd = [sys.executable, str(SCRIPTS / "stack_epoch.py"), "crime", "nll_mmd", "3", "dataset.max_train_rows=128",
+           "--repeats=1"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    assert re.search(r"crime nll_mmd x3 dataset.max_train_rows=128: train [\d.]+ s/epoch, validation [\d.]+ s/epoch",
+                     out.stdout)  # fmt: skip

@@ -191,6 +191,14 @@ def rbf_weighted_sum(v: Tensor, w: Tensor, h: float) -> Tensor:
     return (torch.mul(d, d).mul_(-LOG2E / h).exp2_() * w).sum((-2, -1))
 
 
+#: elements of one (..., M, n, n) pass of :func:`index_rbf_sums`: a stack's members are taken in groups that
+#: fit (at least one member), and without a gradient one member's draws too. Table 6's M = 200 makes a
+#: 50-member stack's pass (50, 200, 64, 64), 164 MB, and a validation chunk's (200, 256, 256), 52 MB: every
+#: operation over them streams through memory. One member at a time, the same call took 80 instead of 451
+#: ms (one thread, this project's CPU), with every member's values and gradients bit for bit the same.
+PASS_ELEMENTS = 1 << 19
+
+
 def index_rbf_sums(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
     """``(S, G)`` of M index-paired draws ``(..., M, n)`` against targets ``y`` ``(..., n)`` with the symmetric,
     zero-diagonal weight ``w`` ``(..., n, n)`` and ``k(a, b) = exp(-(a - b)^2 / h)`` (leading dimensions: a
@@ -199,7 +207,44 @@ def index_rbf_sums(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
     ``S = (S_ff - 2 S_tf) / M`` with ``S_ff = sum_s sum_ij W_ij k(f_si, f_sj)`` and
     ``S_tf = sum_s sum_ij W_ij k(y_i, f_sj)``, and, when ``need``, ``G_sk = dS/df_sk`` (else None):
     ``G_sk = -4/(h M) [sum_j W_kj k(f_sk, f_sj) (f_sk - f_sj) + sum_i W_ik k(y_i, f_sk) (y_i - f_sk)]``.
-    Each (M, n, n) pass is one eager operation (a (2M, n, n) tensor holding both costs as much)."""
+    Each (M, n, n) pass is one eager operation (a (2M, n, n) tensor holding both costs as much), over as
+    many members (and, without ``need``, draws) at a time as :data:`PASS_ELEMENTS` holds."""
+    m, n = draws.shape[-2:]
+    lead = torch.broadcast_shapes(draws.shape[:-2], y.shape[:-1], w.shape[:-2])
+    k, group = math.prod(lead), PASS_ELEMENTS // (m * n * n)
+    if k <= max(group, 1) and (need or group >= 1):
+        return _index_rbf_pass(draws, y, w, h, need)
+    draws, y, w = draws.expand(*lead, m, n).reshape(k, m, n), y.expand(*lead, n), w.expand(*lead, n, n)
+    y, w = y.reshape(k, n), w.reshape(k, n, n)
+    if need or group >= 1:  # whole members: a member's sums over its draws stay one reduction
+        group = max(group, 1)
+        parts = [_index_rbf_pass(draws[i : i + group], y[i : i + group], w[i : i + group], h, need)
+                 for i in range(0, k, group)]  # fmt: skip
+        s = torch.cat([p[0] for p in parts]).reshape(lead)
+        return s, torch.cat([p[1] for p in parts]).reshape(*lead, m, n) if need else None
+    # no gradient, and one member's (M, n, n) too large: its draws a few at a time, each draw's sums kept
+    # apart until the one sum over the draws, as in one pass
+    per = max(PASS_ELEMENTS // (n * n), 1)
+    out = []
+    for i in range(k):
+        sums = [_draw_sums(draws[i, j : j + per], y[i], w[i], h) for j in range(0, m, per)]
+        s_ff, s_tf = (torch.cat(part, -2).sum((-2, -1)) for part in zip(*sums, strict=True))
+        out.append((s_ff - 2.0 * s_tf) / m)
+    return torch.stack(out).reshape(lead), None
+
+
+def _draw_sums(draws: Tensor, y: Tensor, w: Tensor, h: float) -> tuple[Tensor, Tensor]:
+    """``(M, 1)`` each: every draw's ``sum_ij W_ij k(f_i, f_j)`` and ``sum_ij W_ij k(y_i, f_j)`` (one member,
+    no gradient), as :func:`_index_rbf_pass` forms them."""
+    c, flat_w = -LOG2E / h, w.flatten(-2).unsqueeze(-1)
+    d = draws.unsqueeze(-1) - draws.unsqueeze(-2)
+    ff = torch.matmul(torch.mul(d, d).mul_(c).exp2_().flatten(-2), flat_w)
+    d = y.unsqueeze(-2).unsqueeze(-1) - draws.unsqueeze(-2)
+    return ff, torch.matmul(torch.mul(d, d).mul_(c).exp2_().flatten(-2), flat_w)
+
+
+def _index_rbf_pass(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
+    """:func:`index_rbf_sums` in one pass over all of ``draws``."""
     m, n = draws.shape[-2:]
     c = -LOG2E / h
     wb = w.unsqueeze(-3)  # (..., 1, n, n): the same weight for every draw
