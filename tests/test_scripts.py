@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .data.conftest import needs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -22,7 +24,12 @@ def test_epoch_ratio_prints_both_epochs_and_the_pair_ratio():
 @needs("crime")
 def test_compile_step_times_eager_and_compiled_steps():
     out = subprocess.run([sys.executable, str(SCRIPTS / "compile_step.py"), "crime", "1"],
-                         capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    if out.returncode and re.search(r"CppCompileError|InvalidCxxCompiler|Python\.h", out.stderr):
+        pytest.skip(
+            "torch.compile's CPU code generator has no working C++ toolchain here (.ci/run installs g++)"
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
     for obj in ("nll", "nll_mmd"):
         assert re.search(
             rf"  {obj}: eager [\d.]+ ms/step, compiled [\d.]+ ms/step: compiled is [\d.]+x", out.stdout
