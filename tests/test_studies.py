@@ -26,12 +26,13 @@ def test_a_trial_whose_worker_died_before_its_first_heartbeat_is_failed_and_requ
     storage = open_storage(cfg)
     study = optuna.create_study(study_name="s", storage=storage)
     x = optuna.distributions.FloatDistribution(0.0, 1.0)
-    # a re-queued trial with its parameters, then picked up by a worker killed before its first heartbeat
-    study.enqueue_trial({"x": 0.25})
+    # a re-queued trial with its parameters and the attributes of the trial it retries, then picked up by
+    # a worker killed before its first heartbeat
+    study.enqueue_trial({"x": 0.25}, user_attrs={STARTED: 7, "host": "a dead worker's"})
     dead = study.ask({"x": x})
-    assert dead.params == {"x": 0.25}
+    assert dead.params == {"x": 0.25} and dead.user_attrs[STARTED] != dead.number
     live = study.ask({"x": x})  # a worker that reached its objective and sends heartbeats
-    live.set_user_attr(STARTED, "elsewhere")
+    live.set_user_attr(STARTED, live.number)
     time.sleep(2.5)
     storage.record_heartbeat(live._trial_id)
     young = study.ask({"x": x})  # created a moment ago: its first heartbeat may still come
@@ -50,8 +51,10 @@ def test_a_running_trial_with_a_fresh_heartbeat_is_left_alone(tmp_path):
     storage = open_storage(cfg)
     study = optuna.create_study(study_name="s", storage=storage)
     trial = study.ask()
-    trial.set_user_attr(STARTED, "here")
+    trial.set_user_attr(STARTED, trial.number)
     storage.record_heartbeat(trial._trial_id)
-    assert fail_stale(study, cfg) == []
+    fail_stale(study, cfg)
+    assert study.trials[trial.number].state == TrialState.RUNNING
     time.sleep(2.5)  # its heartbeat stopped: Optuna's own stale check fails it
-    assert fail_stale(study, cfg) == [trial.number]
+    assert fail_stale(study, cfg) == []  # not one without a heartbeat
+    assert study.trials[trial.number].state == TrialState.FAIL

@@ -39,7 +39,7 @@ from kcal.storage_url import engine_url, mask_text, masked
 
 STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
 COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
-STARTED = "host"  # user attr: the first thing a trial's objective records (the worker's host name)
+STARTED = "started"  # user attr: the trial's own number, the first thing its objective records
 SQLITE_TIMEOUT_S = 60
 
 
@@ -190,30 +190,33 @@ def grace_s(cfg: DictConfig) -> int:
 
 
 def fail_stale(study: optuna.Study, cfg: DictConfig) -> list[int]:
-    """Fail the running trials whose worker died and re-queue them (``sweep.max_retry``); their numbers.
+    """Fail the running trials whose worker died and re-queue them (``sweep.max_retry``); return the numbers
+    of those failed for want of a heartbeat (below).
 
     Optuna's ``fail_stale_trials`` finds the trials whose heartbeat stopped, but skips a trial that never
     sent one: a worker killed between creating a trial and its first heartbeat (while the sampler
     proposes its parameters) leaves it running for ever, and a study waiting for its last slots waits for
-    it too. Such a trial never reached its objective, whose first act records :data:`STARTED`; one that
-    started more than the grace period ago (:func:`grace_s`, against this machine's clock) is failed here
-    and re-queued like a stale one, so a re-queued trial's parameters are not lost.
+    it too. Such a trial never reached its objective, whose first act records :data:`STARTED` (its own
+    number: a re-queued trial carries the attributes of the one it retries). One that started more than
+    the grace period ago (:func:`grace_s`, against this machine's clock) is failed here and re-queued
+    like a stale one, so a re-queued trial's parameters are not lost. Every worker of a study runs a kcal
+    that records :data:`STARTED` (one commit per reproduction).
     """
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=int(cfg.sweep.max_retry))
-    cutoff = datetime.now() - timedelta(seconds=grace_s(cfg))
+    cutoff, failed = datetime.now() - timedelta(seconds=grace_s(cfg)), []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if STARTED in t.user_attrs or t.datetime_start is None or t.datetime_start > cutoff:
+        if t.user_attrs.get(STARTED) == t.number or t.datetime_start is None or t.datetime_start > cutoff:
             continue
         try:
-            failed = study.tell(t.number, state=TrialState.FAIL)
+            frozen = study.tell(t.number, state=TrialState.FAIL)
         except (RuntimeError, ValueError):  # finished meanwhile (by its worker, or failed by another process)
             continue
-        retry(study, failed)
-    return sorted({t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))} - before)
+        retry(study, frozen)
+        failed.append(t.number)
+    return failed
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:

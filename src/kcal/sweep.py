@@ -110,7 +110,8 @@ def run_trial(
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         numbers.append(trial.number)
-        trial.set_user_attr(STARTED, socket.gethostname())
+        trial.set_user_attr(STARTED, trial.number)
+        trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("pid", os.getpid())
         finished, _ = counted(study)
         earlier_running = sum(t.state == TrialState.RUNNING and t.number < trial.number
