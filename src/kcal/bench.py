@@ -21,8 +21,9 @@ reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estima
   epochs (early stopping off), wall time including evaluation and writing; also the training part alone.
 
 All runs use ``trainer.log_dce=false`` and ``figures=false`` (the per-epoch DCE curves and the per-run
-matplotlib figures are diagnostics, not training); the whole-protocol estimate keeps the config's
-evaluation defaults.
+matplotlib figures are diagnostics, not training); the whole-protocol estimate
+(:mod:`kcal.protocol_estimate`) keeps the config's evaluation defaults. What every measurement starts
+from (configs, real or synthetic data, the timing of fits) is :mod:`kcal.bench_setup`.
 """
 
 from __future__ import annotations
