@@ -62,7 +62,7 @@ def test_progress_weighs_a_trial_by_its_dataset_and_regulariser():
     from hydra import compose, initialize_config_dir
 
     from kcal.configs import CONFIG_DIR
-    from kcal.workers import REGULARISER_COST, work_cost
+    from kcal.workers import DRAWS_COST, REGULARISER_COST, work_cost
 
     def cfg(dataset, objective):
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -71,6 +71,11 @@ def test_progress_weighs_a_trial_by_its_dataset_and_regulariser():
     crime, blog = work_cost(cfg("crime", "nll")), work_cost(cfg("blog", "nll"))
     assert crime == pytest.approx(1.395) and blog / crime > 20
     assert work_cost(cfg("crime", "nll_mmd")) == pytest.approx(REGULARISER_COST["mmd"] * crime)
+    # Table 6's reruns: an MMD of M draws costs more with M (fewer than the default 10 count as 10)
+    m200, m1 = cfg("crime", "nll_mmd"), cfg("crime", "nll_mmd")
+    m200.objective.params.num_samples, m1.objective.params.num_samples = 200, 1
+    assert work_cost(m200) == pytest.approx(REGULARISER_COST["mmd"] * crime * (1 + 190 * DRAWS_COST))
+    assert work_cost(m1) == pytest.approx(REGULARISER_COST["mmd"] * crime)
     xe, kde = work_cost(cfg("dry-bean", "xe")), work_cost(cfg("dry-bean", "xe_kde"))
     assert kde == pytest.approx(REGULARISER_COST["kde"] * xe) and kde > work_cost(cfg("dry-bean", "xe_mmce"))
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.data import get_spec
 from kcal.progress import Progress
 from kcal.search_space import search_space, train_rows
 from kcal.seeds import chunk_line, chunk_units, chunks, seed_dirs, seed_plan, summarize, train_seeds
@@ -100,13 +101,27 @@ alone (``kcal.bench``: MMD 1.4-1.7) are mixed with how long the selected configu
 dataset's ratio can be off by 2x either way; ECE-KDE's bandwidth selection grows with the batch size."""
 
 
+DRAWS_COST = 1.0 / 40
+"""A regression MMD with M forecast draws costs ``1 + (M - 10) * DRAWS_COST`` times one with the default
+10 (Table 6's reruns; fewer draws count as 10): fitted to the 50-seed stack epochs of blog that ``python -m
+kcal.bench --estimate-only --estimate-datasets blog`` measured on ``d073cab``, NLL 9.8 s, M = 10 15.5 s,
+50 31.9 s, 100 47.9 s, 200 76.0 s (this rule: 15.5, 31, 50, 89; the regulariser's (M, n, n) kernel
+tensors grow with M)."""
+
+
 def work_cost(cfg: DictConfig) -> float:
     """A trial's (or a single seed's) estimated cost in units of an epoch pass over 1000 training rows
     without a regulariser: an epoch's minibatch steps scale with the training rows, and a regulariser
-    multiplies them by its ``REGULARISER_COST``. Progress counts work in these units, so a reproduction's
-    ETA after crime's 1-2 s trials is not that of blog's 20-120 s ones, nor XE's that of XE + ECE-KDE."""
+    multiplies them by its ``REGULARISER_COST`` (an MMD with many draws by :data:`DRAWS_COST` too).
+    Progress counts work in these units, so a reproduction's ETA after crime's 1-2 s trials is not that of
+    blog's 20-120 s ones, nor XE's that of XE + ECE-KDE, nor Table 6's M = 10 rerun that of M = 200."""
     reg = cfg.objective.get("regularizer")
-    return train_rows(cfg) / 1000.0 * (REGULARISER_COST[reg] if reg and float(cfg.objective.weight) else 1.0)
+    if not reg or not float(cfg.objective.weight):
+        return train_rows(cfg) / 1000.0
+    draws = cfg.objective.get("params", {}).get("num_samples") if reg == "mmd" else None
+    if draws is None or get_spec(cfg.dataset.name).task != "regression":  # classes: no draws
+        draws = 10
+    return train_rows(cfg) / 1000.0 * REGULARISER_COST[reg] * (1.0 + max(int(draws) - 10, 0) * DRAWS_COST)
 
 
 # ------------------------------------------------------------------------------------------------
