@@ -16,6 +16,10 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
+def trial_id(storage, trial) -> int:
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name("s"), trial.number)
+
+
 def storage_cfg(tmp_path, grace: int):
     return OmegaConf.create({"root": str(tmp_path), "sweep": {"storage": f"sqlite:///{tmp_path}/s.db",
                              "heartbeat_interval": 1, "grace_period": grace, "max_retry": 2}})  # fmt: skip
@@ -34,7 +38,7 @@ def test_a_trial_whose_worker_died_before_its_first_heartbeat_is_failed_and_requ
     live = study.ask({"x": x})  # a worker that reached its objective and sends heartbeats
     live.set_user_attr(STARTED, live.number)
     time.sleep(2.5)
-    storage.record_heartbeat(live._trial_id)
+    storage.record_heartbeat(trial_id(storage, live))
     young = study.ask({"x": x})  # created a moment ago: its first heartbeat may still come
     assert fail_stale(study, cfg) == [dead.number]
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
@@ -52,7 +56,7 @@ def test_a_running_trial_with_a_fresh_heartbeat_is_left_alone(tmp_path):
     study = optuna.create_study(study_name="s", storage=storage)
     trial = study.ask()
     trial.set_user_attr(STARTED, trial.number)
-    storage.record_heartbeat(trial._trial_id)
+    storage.record_heartbeat(trial_id(storage, trial))
     fail_stale(study, cfg)
     assert study.trials[trial.number].state == TrialState.RUNNING
     time.sleep(2.5)  # its heartbeat stopped: Optuna's own stale check fails it

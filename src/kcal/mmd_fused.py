@@ -234,8 +234,8 @@ def index_rbf_sums(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
 
 
 def _draw_sums(draws: Tensor, y: Tensor, w: Tensor, h: float) -> tuple[Tensor, Tensor]:
-    """``(M, 1)`` each: every draw's ``sum_ij W_ij k(f_i, f_j)`` and ``sum_ij W_ij k(y_i, f_j)`` (one member,
-    no gradient), as :func:`_index_rbf_pass` forms them."""
+    """``(..., M, 1)`` each: every draw's ``sum_ij W_ij k(f_i, f_j)`` and ``sum_ij W_ij k(y_i, f_j)`` (no
+    gradient; leading dimensions: members)."""
     c, flat_w = -LOG2E / h, w.flatten(-2).unsqueeze(-1)
     d = draws.unsqueeze(-1) - draws.unsqueeze(-2)
     ff = torch.matmul(torch.mul(d, d).mul_(c).exp2_().flatten(-2), flat_w)
@@ -245,26 +245,20 @@ def _draw_sums(draws: Tensor, y: Tensor, w: Tensor, h: float) -> tuple[Tensor, T
 
 def _index_rbf_pass(draws: Tensor, y: Tensor, w: Tensor, h: float, need: bool):
     """:func:`index_rbf_sums` in one pass over all of ``draws``."""
-    m, n = draws.shape[-2:]
+    m = draws.shape[-2]
+    if not need:
+        ff, tf = _draw_sums(draws, y, w, h)
+        return (ff.sum((-2, -1)) - 2.0 * tf.sum((-2, -1))) / m, None
     c = -LOG2E / h
     wb = w.unsqueeze(-3)  # (..., 1, n, n): the same weight for every draw
     d = draws.unsqueeze(-1) - draws.unsqueeze(-2)  # forecast-forecast
-    e = torch.mul(d, d).mul_(c).exp2_()
-    if need:
-        e.mul_(wb)
-        s_ff = e.sum((-3, -2, -1))
-        g = e.mul_(d).sum(-1)
-    else:
-        s_ff = torch.matmul(e.flatten(-2), w.flatten(-2).unsqueeze(-1)).sum((-2, -1))
+    e = torch.mul(d, d).mul_(c).exp2_().mul_(wb)
+    s_ff = e.sum((-3, -2, -1))
+    g = e.mul_(d).sum(-1)
     d = y.unsqueeze(-2).unsqueeze(-1) - draws.unsqueeze(-2)  # target-forecast: [s, i, j] = k(y_i, f_sj)
-    e = torch.mul(d, d).mul_(c).exp2_()
-    if need:
-        e.mul_(wb)
-        s_tf = e.sum((-3, -2, -1))
-        g = g.add_(e.mul_(d).sum(-2)).mul_(-4.0 / (h * m))
-    else:
-        s_tf = torch.matmul(e.flatten(-2), w.flatten(-2).unsqueeze(-1)).sum((-2, -1))
-        g = None
+    e = torch.mul(d, d).mul_(c).exp2_().mul_(wb)
+    s_tf = e.sum((-3, -2, -1))
+    g = g.add_(e.mul_(d).sum(-2)).mul_(-4.0 / (h * m))
     return (s_ff - 2.0 * s_tf) / m, g
 
 
