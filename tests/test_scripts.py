@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -44,3 +45,37 @@ def test_stack_epoch_times_training_and_validation_apart():
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
     assert re.search(r"crime nll_mmd x3 dataset.max_train_rows=128: train [\d.]+ s/epoch, validation [\d.]+ s/epoch",
                      out.stdout)  # fmt: skip
+
+
+def test_trial_range_places_values_among_the_trials_test_metrics(tmp_path):
+    trials = tmp_path / "adult" / "xe" / "sweep" / "trials"
+    for n, acc in enumerate([0.80, 0.84, 0.85, 0.83]):
+        (trials / f"trial_{n:04d}").mkdir(parents=True)
+        (trials / f"trial_{n:04d}" / "metrics.json").write_text(json.dumps({"status": "ok", "test/acc": acc}))
+    (trials / "trial_0004").mkdir()
+    (trials / "trial_0004" / "metrics.json").write_text(json.dumps({"status": "failed", "test/acc": 0.99}))
+    (trials.parent / "best.json").write_text(json.dumps({"trial": 2}))
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "trial_range.py"),
+        str(tmp_path),
+        "adult",
+        "xe",
+        "test/acc",
+        "0.845",
+        "0.9",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.splitlines() == [
+        "adult/xe",
+        "  test/acc over 4 finished trials: min 0.8000, median 0.8350, max 0.8500",
+        "  the selected trial #2: 0.8500 (above 3)",
+        "  0.845 is above 3 of 4 trials (inside their range)",
+        "  0.9 is above 4 of 4 trials (outside their range)",
+    ]
+    missing = subprocess.run([*cmd[:5], "test/ece", "0.1"], capture_output=True, text=True, timeout=60)
+    assert (
+        missing.returncode == 1
+        and missing.stderr.count("\n") == 1
+        and "no finished trial with test/ece" in missing.stderr
+    )

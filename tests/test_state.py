@@ -3,6 +3,7 @@ exported as small text files, imported into a new root elsewhere, and the run re
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from kcal.studies import counted
 from .common import SMOKE
 from .data.conftest import needs
 from .test_reproduce import study_counts, sweep_cmd
+from .test_scripts import SCRIPTS
 
 needs_crime = needs("crime")
 STUDY = "crime__nll__paper"
@@ -74,6 +76,9 @@ def test_state_is_small_text_with_the_studies_and_their_fingerprint(exported):
     assert seed_files == [f"seed{k}/{n}" for k in (0, 1) for n in ("config.yaml", "metrics.json", "run.json")]
     for name in ("fingerprint.json", "best_trial.json", "sweep/best.json"):
         assert (state / "crime" / "nll" / name).is_file(), name
+    trials_dir = state / "crime" / "nll" / "sweep" / "trials"  # each finished trial's test metrics, alone
+    trial_files = sorted(p.relative_to(trials_dir).as_posix() for p in trials_dir.rglob("*") if p.is_file())
+    assert trial_files == ["trial_0000/metrics.json", "trial_0001/metrics.json"]
     assert not list(state.rglob("*.csv"))  # summary.csv is derived from the seeds and rebuilt on resume
     lines = (state / "crime" / JOURNAL).read_text().splitlines()
     assert lines and all(isinstance(json.loads(line), dict) for line in lines)  # Optuna's JSON-lines journal
@@ -92,7 +97,15 @@ def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_pat
     root_b = tmp_path / "machine-b" / "root"
     done = run(state_cmd("import", state, root_b))
     assert done.returncode == 0, done.stderr[-2000:]
+    assert (
+        "crime: 1 study (2 trials: 2 complete), 2 finished seeds" in done.stdout
+    )  # trials' metrics aren't seeds
     assert trials(root_b) == trials(root_a) and len(trials(root_a)) == 2
+    ranged = run([sys.executable, str(SCRIPTS / "trial_range.py"), root_b, "crime", "nll", "test/nll", "0"])
+    assert ranged.returncode == 0, ranged.stderr[-2000:]
+    assert re.search(r"test/nll over 2 finished trials: min \S+, median \S+, max \S+\n  the selected trial #[01]: ",
+                     ranged.stdout), ranged.stdout  # fmt: skip
+    assert re.search(r"0 is above [012] of 2 trials", ranged.stdout)
     finished = {k: (root_b / SEEDS / f"seed{k}" / "metrics.json").stat().st_mtime_ns for k in (0, 1)}
 
     reproduce_in(root_b, n_trials=2, n_seeds=3)  # the study is complete; one more seed

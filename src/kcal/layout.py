@@ -110,6 +110,14 @@ def trial_dir(sweep: Path, number: int) -> Path:
     return trials_dir(sweep) / f"trial_{number:04d}"
 
 
+FINISHED_TRIAL_GLOB = f"sweep*/trials/trial_*/{METRICS_FILE}"  # under a study's <dataset>/<objective>/
+
+
+def trial_number(run_dir: Path) -> int:
+    """``7`` of ``<sweep>/trials/trial_0007``."""
+    return int(Path(run_dir).name.removeprefix("trial_"))
+
+
 def best_files(root: Path | str) -> dict[tuple[str, str], Path]:
     """Every paper-selection study's ``best.json`` under ``root``, by (dataset, objective)."""
     found = sorted(Path(root).glob(f"*/*/{sweep_folder()}/{BEST_FILE}"))

@@ -16,8 +16,11 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
   derived from the seeds, and a resumed run rebuilds it), and of
   each finished seed (one with a ``metrics.json``) ``seeds/seed<k>/metrics.json``, ``run.json`` and
   ``config.yaml``; with ``--history`` also its ``history.csv`` (the per-epoch curves of the
-  reproduction's figures, the largest of these files). Checkpoints, predictions, figures, trial
-  folders and logs stay behind.
+  reproduction's figures, the largest of these files);
+* of each finished trial ``<objective>/sweep/trials/trial_<n>/metrics.json`` (its test metrics, which
+  the study does not hold: what ``scripts/trial_range.py`` reads to place the paper's value among a
+  study's trials; a resumed run does not need them). Checkpoints, predictions, figures, the rest of the
+  trial folders and logs stay behind.
 
 ``<state_dir>/kcal-state.json`` marks the folder as such a state. An export replaces the state of the
 datasets it exports and keeps the others.
@@ -95,10 +98,16 @@ def state_files(dataset_dir: Path, history: bool) -> list[Path]:
     """The portable files under ``<root>/<dataset>/``, relative to it."""
     out = [p for name in SWEEP_FILES for p in dataset_dir.glob(f"*/{name}")]
     out += [p for name in RERUN_FILES for p in dataset_dir.glob(f"*/{name}")]
+    out += list(dataset_dir.glob(f"*/{layout.FINISHED_TRIAL_GLOB}"))
     for metrics in dataset_dir.glob(f"*/{layout.FINISHED_SEED_GLOB}"):
         names = (*SEED_FILES, HISTORY) if history else SEED_FILES
         out += [metrics.parent / n for n in names if (metrics.parent / n).is_file()]
     return sorted(p.relative_to(dataset_dir) for p in out)
+
+
+def is_seed_metrics(rel: Path) -> bool:
+    """Whether ``rel`` (under a dataset's folder) is a finished seed's ``metrics.json``."""
+    return rel.match(f"*/{layout.FINISHED_SEED_GLOB}")
 
 
 def describe(studies: list[str], counts: dict[str, int], n_seeds: int) -> str:
@@ -161,7 +170,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
             shutil.rmtree(staging, ignore_errors=True)
         counts = trial_counts(storage, names) if names else {}
         size = sum(p.stat().st_size for p in (state_dir / ds).rglob("*") if p.is_file())
-        n_seeds = sum(rel.name == layout.METRICS_FILE for rel in files)
+        n_seeds = sum(is_seed_metrics(rel) for rel in files)
         note = (f"; {counts['running']} running trial(s) will be queued again by the import"
                 if counts.get("running") else "")  # fmt: skip
         lines.append(
@@ -218,7 +227,7 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
                 if path.is_file() and rel != Path(JOURNAL):
                     (root / ds / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, root / ds / rel)
-                    n_seeds += rel.name == layout.METRICS_FILE
+                    n_seeds += is_seed_metrics(rel)
             counts = trial_counts(storage, names) if names else {}
             note = f"; {requeued} trial(s) running at export queued again" if requeued else ""
             lines.append(f"{ds}: {describe(names, counts, n_seeds)} -> {root / ds}{note}")
