@@ -2,6 +2,7 @@
 kcal.ablation reruns a study's best config with one key varied."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -70,6 +71,23 @@ def test_publish_add_keeps_the_datasets_of_other_roots(smoke_root, tmp_path):
     publish(smoke_root, dest, data=data, add=True)  # adding the same root again replaces its rows
     assert len(pd.read_csv(data / "results.csv")) == 2 * len(ours)
     assert check(dest) == [] and "blog" in (dest / "comparison_exact.md").read_text()
+
+
+@needs_crime
+def test_publish_add_goes_into_the_report_of_dest_whatever_the_root_is_named(smoke_root, tmp_path):
+    """A root named after its dataset (``/runs/adult``) adds to dest's report, its profile and its data
+    folder, instead of starting a package profile named after the root."""
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data, profile="full")
+    named = copy_root(smoke_root, tmp_path / "kcal-test-dataset-root")
+    stray = data_dir(named.name)
+    try:
+        main([str(named), str(dest), "--add"])
+        assert not stray.exists()
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)
+    assert report_info(dest) == ("full", data.resolve())
+    assert check(dest) == []
 
 
 def test_committed_reports_match_their_results_csv():

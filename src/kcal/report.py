@@ -215,8 +215,13 @@ def publish(
     """Copy ``root``'s results into ``data`` (default :func:`data_dir`) and regenerate every derived file
     in ``dest`` (``profile``: the reproduction profile, by default the root's folder name, as in
     ``outputs/reproduce/<profile>``). ``add``: keep the published datasets that ``root`` does not hold
-    (a dataset run in another root, session or machine) and replace those it does. Returns the files
-    written."""
+    (a dataset run in another root, session or machine) and replace those it does; the profile and data
+    folder are then, by default, those of the report already in ``dest`` (such a root is often named
+    after its dataset, not its profile). Returns the files written."""
+    if add and (dest / "report.json").is_file():
+        published_profile, published_data = report_info(dest)
+        profile = profile or published_profile
+        data = data if data is not None else published_data
     profile = profile or root.name
     data = Path(data) if data is not None else data_dir(profile)
     src = layout.results_file(root)
@@ -261,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("root", type=Path, nargs="?", help="reproduction root, e.g. outputs/reproduce/full")
     p.add_argument("dest", type=Path, help="where the report lives, e.g. docs/results/full")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
-    p.add_argument("--profile", help="the reproduction's profile (default: the root's folder name)")
-    p.add_argument("--data", type=Path, help="where results.csv and studies.csv go "
-                   "(default: kcal/resources/results/<profile>)")  # fmt: skip
+    p.add_argument("--profile", help="the reproduction's profile (default: with --add, the one of the "
+                   "report in dest; otherwise the root's folder name)")  # fmt: skip
+    p.add_argument("--data", type=Path, help="where results.csv and studies.csv go (default: with "
+                   "--add, the report's own; otherwise kcal/resources/results/<profile>)")  # fmt: skip
     p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
     p.add_argument("--add", action="store_true", help="add root's datasets to those already published "
                    "(replacing the same datasets), instead of publishing root alone")  # fmt: skip
