@@ -276,7 +276,7 @@ def test_ece_kde_exact_zeros_no_nan_and_gradients():
         requires_grad=True,
     )
     labels = torch.tensor([0, 1, 1, 2, 2, 0])
-    for kw in [dict(), dict(fallback="authors"), dict(bandwidth=1e-5), dict(bandwidth=0.3), dict(p=2)]:
+    for kw in [dict(), dict(flavour="authors"), dict(bandwidth=1e-5), dict(bandwidth=0.3), dict(p=2)]:
         v = ece_kde(probs, labels, **kw)
         (gp,) = torch.autograd.grad(v, probs)
         assert torch.isfinite(v) and torch.isfinite(gp).all(), kw
@@ -287,6 +287,46 @@ def test_ece_kde_exact_zeros_no_nan_and_gradients():
     v = ece_kde(torch.softmax(logits, -1), torch.tensor([0, 1, 2, 2]))
     (gl,) = torch.autograd.grad(v, logits)
     assert torch.isfinite(v) and torch.isfinite(gl).all()
+
+
+def ref_ece_kde_authors(probs, labels, h, p):
+    """The authors' arithmetic as loops: K_ij = exp(log Dir) (0 where it underflows), r = num / max(den, 1e-10)."""
+    n, m = probs.shape
+    tot = 0.0
+    for i in range(n):
+        num = [0.0] * m
+        den = 0.0
+        for j in range(n):
+            if j != i:
+                lk = _ref_log_dir(probs[i], probs[j], h)
+                kij = math.exp(lk) if lk > -745 else 0.0  # exp underflows to 0 below about -745 in float64
+                den += kij
+                num[int(labels[j])] += kij
+        for c in range(m):
+            tot += abs(num[c] / max(den, 1e-10) - probs[i][c]) ** p
+    return tot / n
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ece_kde_authors_flavour_matches_loops_and_selects_with_the_authors_rule(seed):
+    """flavour="authors": the authors' selector (fallback 1e-5) and the linear-space ratio, whose rows with an
+    underflowed kernel give r = 0, where kcal's log-space ratio gives the nearest neighbours' labels."""
+    logits, labels = _inputs(n=12, m=3, seed=seed, scale=2.0)
+    probs = torch.softmax(logits, -1)
+    h = select_bandwidth(probs, fallback="authors")
+    _rel_close(
+        ece_kde(probs, labels, flavour="authors"), ref_ece_kde_authors(probs.numpy(), labels.numpy(), h, 1)
+    )
+    # at h = 1e-5 the kernel underflows in float64 for these rows: the two flavours differ there
+    auth = float(ece_kde(probs, labels, bandwidth=1e-5, flavour="authors"))
+    _rel_close(auth, ref_ece_kde_authors(probs.numpy(), labels.numpy(), 1e-5, 1))
+    assert abs(auth - float(ece_kde(probs, labels, bandwidth=1e-5))) > 1e-3
+    # without underflow the two ratios are one number
+    _rel_close(
+        ece_kde(probs, labels, bandwidth=0.5, flavour="authors"), float(ece_kde(probs, labels, bandwidth=0.5))
+    )
+    with pytest.raises(ValueError, match="valid: \\['kcal', 'authors'\\]"):
+        ece_kde(probs, labels, flavour="official")
 
 
 def test_ece_kde_gradients_small_batches_and_validation():

@@ -31,6 +31,23 @@ def test_what_does_not_shape_a_number_is_not_in_the_fingerprint():
     assert differences(a, c) == ['dataset.protocol ("official" -> "clean")', "trainer.max_epochs (200 -> 7)"]
 
 
+def test_xe_kde_fingerprint_changes_under_the_official_protocol_only():
+    """The official protocol's xe_kde trains the authors' ECE-KDE: its studies and seeds (made with kcal's rule)
+    are refused on resume; under clean the fingerprint is what it was before the flavour existed."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        official = shaping_config(compose("seeds", overrides=["objective=xe_kde", "dataset=breast-cancer"]))
+        clean = shaping_config(compose("seeds", overrides=["objective=xe_kde", "dataset=breast-cancer",
+                                                           "dataset.protocol=clean"]))  # fmt: skip
+        mmce = shaping_config(compose("seeds", overrides=["objective=xe_mmce", "dataset=breast-cancer"]))
+    assert official["objective.params.flavour"] == "authors"
+    assert not [k for k in clean if "flavour" in k]  # as stored by every clean study made so far
+    assert not [k for k in mmce if "flavour" in k]
+    before = {
+        k: v for k, v in official.items() if k != "objective.params.flavour"
+    }  # the official key set until now
+    assert differences(before, official) == ['objective.params.flavour (- -> "authors")']
+
+
 @needs("crime")
 def test_seed_rerun_with_another_config_is_refused_unless_overwritten(tmp_path):
     base = ["dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "seeds_run.use_best=false",

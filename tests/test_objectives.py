@@ -89,3 +89,32 @@ def test_xe_mmce_config_keeps_the_authors_mmce_scaling_under_the_official_protoc
     # official: the value every xe_mmce run trained with before MMCE's default became Kumar et al.'s
     ref = ref_mmce(probs, y.numpy(), 0.4) if scaling == "authors" else ref_mmce_kumar(probs, y.numpy(), 0.4)
     assert abs(float(reg) - ref) <= 1e-6 * ref + 1e-9
+
+
+@pytest.mark.parametrize("protocol, flavour", [("official", "authors"), ("clean", "kcal")])
+def test_xe_kde_config_trains_the_authors_ece_kde_under_the_official_protocol(protocol, flavour):
+    """Under the official protocol xe_kde is the authors' regulariser (their bandwidth rule and ratio); under
+    clean kcal's. On these batches the two rules pick other bandwidths, so the values differ."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from kcal.baselines import ece_kde, select_bandwidth
+    from kcal.configs import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        overrides = ["dataset=breast-cancer", "objective=xe_kde", f"dataset.protocol={protocol}"]
+        cfg = compose("train", overrides=overrides)
+    params = OmegaConf.to_container(cfg.objective.params, resolve=True)
+    assert params["flavour"] == flavour and params["bandwidth"] is None
+    obj = Objective(
+        cfg.objective.name, "classification", cfg.objective.regularizer, cfg.objective.weight, params
+    )
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, 2, generator=g) * 0.5
+    y = torch.randint(0, 2, (64,), generator=g)
+    _, _, reg = obj(logits, torch.zeros(64, 2), y)
+    probs = torch.softmax(logits, -1)
+    assert torch.equal(reg, ece_kde(probs, y, flavour=flavour))
+    assert select_bandwidth(probs, fallback="authors") != select_bandwidth(probs)
+    other = "kcal" if flavour == "authors" else "authors"
+    assert abs(float(reg) - float(ece_kde(probs, y, flavour=other))) > 1e-4

@@ -4,8 +4,8 @@
   scaling of the kernel-calibration authors' torch port of the original TensorFlow code with
   ``scaling="authors"``.
 * ``ece_kde``: the L_p canonical ECE^KDE of Popordanoska, Sayer & Blaschko (NeurIPS 2022, Eq. (9)) with the
-  Dirichlet kernel and leave-one-out (LOO) likelihood bandwidth selection (``fallback="authors"``
-  reproduces the authors' selector).
+  Dirichlet kernel and leave-one-out (LOO) likelihood bandwidth selection; ``flavour="authors"``
+  reproduces the kernel-calibration authors' training regulariser (their selector and their arithmetic).
 
 Inputs: ``probs`` ``(n, m)`` class probabilities (numpy or torch; logits are refused, pass
 ``softmax(logits, -1)``) and ``labels`` ``(n,)`` integer classes, checked by :func:`kcal.inputs.check_probs`
@@ -29,6 +29,7 @@ from kcal.kernels import check_positive, laplacian
 
 __all__ = [
     "AUTHORS_BANDWIDTH_GRID",
+    "ECE_KDE_FLAVOURS",
     "MMCE_SCALINGS",
     "default_bandwidth_grid",
     "dirichlet_log_kernel",
@@ -268,13 +269,20 @@ def select_bandwidth(
         return float(grid_t[int(torch.argmax(ll))])
 
 
+ECE_KDE_FLAVOURS = ("kcal", "authors")
+"""Valid ``flavour`` values of :func:`ece_kde`."""
+
+AUTHORS_RATIO_FLOOR = 1e-10
+"""The floor of the kernel sum in the authors' ratio (``flavour="authors"``)."""
+
+
 def ece_kde(
     probs: Tensor,
     labels: Tensor,
     p: float = 1,
     bandwidth: float | None = None,
     bandwidth_grid: Tensor | Sequence[float] | None = None,
-    fallback: str = "none",
+    flavour: str = "kcal",
     *,
     validate_args: bool = True,
 ) -> Tensor:
@@ -282,30 +290,40 @@ def ece_kde(
 
     ``ECE^KDE = 1/n sum_i sum_c | r_ic - f_ic |^p`` with the leave-one-out Nadaraya-Watson estimate
     ``r_ic = sum_{j != i} K_ij 1{y_j = c} / sum_{j != i} K_ij`` of E[Y = c | f(X) = f_i], where
-    ``K_ij = Dir(f_i; f_j / h + 1)`` (see ``dirichlet_log_kernel``). The ratio is computed in log space as a
-    softmax over j of ``log K_ij`` (the authors exponentiate and clamp the denominator at 1e-10; the values
-    agree whenever their kernel does not underflow, and where it underflows theirs degenerates to r = 0).
-    Probabilities with exact zeros are clamped inside the logarithm (no NaN).
+    ``K_ij = Dir(f_i; f_j / h + 1)`` (see ``dirichlet_log_kernel``). Probabilities with exact zeros are
+    clamped inside the logarithm (no NaN). ``bandwidth=None`` selects ``h`` on this batch under no_grad
+    (grid: ``bandwidth_grid``, default ``default_bandwidth_grid()``); the result is differentiable
+    w.r.t. ``probs`` for the selected bandwidth.
 
-    The authors' training setting is ``p=1`` (canonical), bandwidth re-selected on each batch:
-    ``bandwidth=None`` selects it with ``select_bandwidth(probs, bandwidth_grid, fallback)`` under no_grad
-    (the grid defaults to ``default_bandwidth_grid()``; ``fallback="authors"`` reproduces the authors'
-    selector). The
-    result is differentiable w.r.t. ``probs`` for the selected bandwidth.
+    ``flavour`` says how ``h`` is selected and how the ratio is computed:
+
+    * ``"kcal"`` (default): ``h`` maximises the proper LOO log-likelihood (``select_bandwidth(...,
+      fallback="none")``), and the ratio is a softmax over j of ``log K_ij`` (log space: where every
+      ``K_ij`` of a row underflows, the ratio is still the nearest neighbours' label frequency).
+    * ``"authors"``: the kernel-calibration authors' training regulariser (their ECE-KDE loss, p = 1,
+      canonical): ``h`` from their selector (``select_bandwidth(..., fallback="authors")``: the score
+      has an extra ``-log h``, only scores above 0 are accepted, else ``h = 1e-5``), and the ratio in
+      linear space, ``r_ic = sum_j exp(log K_ij) 1{y_j = c} / max(sum_j exp(log K_ij), 1e-10)``, so a row
+      whose kernel underflows (frequent at ``h = 1e-5``) gets ``r_i = 0``, in the dtype of ``probs``.
     """
+    if flavour not in ECE_KDE_FLAVOURS:
+        raise ValueError(f"unknown ECE-KDE flavour {flavour!r}; valid: {list(ECE_KDE_FLAVOURS)}")
     probs, labels = check_probs(probs, labels, validate_args=validate_args)
     n, m = probs.shape
     if n < 2:
         raise ValueError(f"ECE-KDE is a leave-one-out estimate and needs at least n=2 examples, got n={n}")
     p = check_positive("p", p)
     if bandwidth is None:
-        bandwidth = select_bandwidth(probs, bandwidth_grid, fallback)
+        bandwidth = select_bandwidth(probs, bandwidth_grid, "authors" if flavour == "authors" else "none")
     else:
         bandwidth = check_positive("bandwidth", bandwidth)
     logk = dirichlet_log_kernel(probs, bandwidth)  # (n, n), -inf diagonal
-    weights = torch.softmax(logk, dim=-1)
     y1 = torch.nn.functional.one_hot(labels.long(), m).to(probs.dtype)
-    ratio = weights @ y1  # (n, m)
+    if flavour == "authors":
+        kern = logk.exp()
+        ratio = (kern @ y1) / kern.sum(-1, keepdim=True).clamp_min(AUTHORS_RATIO_FLOOR)
+    else:
+        ratio = torch.softmax(logk, dim=-1) @ y1  # (n, m)
     err = (ratio - probs).abs()
     if p != 1.0:
         err = err.pow(p)

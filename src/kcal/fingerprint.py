@@ -8,7 +8,8 @@ A fingerprint is a flat ``{key: value}`` dict of
   ``seeds_run.n_seeds``, the stages of ``reproduce``), how it is run (worker index, threads, batched or
   one-by-one seeds, which are bit-identical), and what else is written (progress bars, figures,
   per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it holds that value
-  (``sweep.selection: paper``, so studies made before the key existed keep their fingerprints).
+  (``sweep.selection: paper``, ``objective.params.flavour: kcal``, so studies made before the key
+  existed keep their fingerprints).
   A profile counts through the values it sets, not its name;
 * ``data.<file>``: the hash of each raw file of the dataset (as verified by :mod:`kcal.data.sources`);
 * ``kcal.version``.
@@ -47,8 +48,10 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
     "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "logger",
     "figures", "save_checkpoint",
+    "objective.flavour_by_protocol",  # a table: the value it resolves to, objective.params.flavour, counts
 )  # fmt: skip
-LEFT_OUT_AT = {"sweep.selection": "paper"}  # config key -> the value at which the fingerprint leaves it out
+# config key -> the value at which the fingerprint leaves it out
+LEFT_OUT_AT = {"sweep.selection": "paper", "objective.params.flavour": "kcal"}
 SEEDS_ONLY_NOT_SHAPING = ("sweep",)  # seed runs take their hyperparameters from the best trial
 
 

@@ -176,15 +176,23 @@ class MMCELoss(nn.Module):
 
 
 class ECEKDELoss(nn.Module):
-    """L_p canonical ECE^KDE of Popordanoska et al. (2022) on class probabilities (``baselines.ece_kde``)."""
+    """L_p canonical ECE^KDE of Popordanoska et al. (2022) on class probabilities (``baselines.ece_kde``).
 
-    def __init__(self, p: float = 1, bandwidth: float | None = None, validate_args: bool = True, **options):
+    ``flavour="kcal"`` (default) selects the bandwidth by the proper leave-one-out likelihood;
+    ``flavour="authors"`` is the kernel-calibration authors' regulariser (their selector and arithmetic).
+    """
+
+    def __init__(self, p: float = 1, bandwidth: float | None = None, validate_args: bool = True,
+                 flavour: str = "kcal", **options):  # fmt: skip
         super().__init__()
+        if flavour not in baselines.ECE_KDE_FLAVOURS:
+            raise ValueError(
+                f"unknown ECE-KDE flavour {flavour!r}; valid: {list(baselines.ECE_KDE_FLAVOURS)}"
+            )
         self.p = kernels.check_positive("p", p)
         self.bandwidth = None if bandwidth is None else kernels.check_positive("bandwidth", bandwidth)
-        self.validate_args, self.options = bool(validate_args), options
+        self.validate_args, self.flavour, self.options = bool(validate_args), flavour, options
 
     def forward(self, probs, labels, x: Tensor | None = None) -> Tensor:
-        return baselines.ece_kde(
-            probs, labels, self.p, self.bandwidth, validate_args=self.validate_args, **self.options
-        )
+        return baselines.ece_kde(probs, labels, self.p, self.bandwidth, flavour=self.flavour,
+                                 validate_args=self.validate_args, **self.options)  # fmt: skip
