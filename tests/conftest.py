@@ -68,3 +68,30 @@ def regression_smoke_root(tmp_path_factory) -> Path:
                                               "reproduce.jobs=1"])  # fmt: skip
         reproduce(cfg, common)
     return root
+
+
+# ---- the equivalence tests' summary (tests/equivalence): one line per comparison with the authors' code ----
+# Each test records what it compared with the ``equivalence`` fixture (tests/equivalence/conftest.py) as a
+# user property; the report carries it to this process also under pytest-xdist, where it is printed.
+EQUIVALENCE_PROPERTY = "kcal_equivalence"
+_equivalence_lines: list[tuple[str, int, list[str]]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed:
+        for key, value in report.user_properties:
+            if key == EQUIVALENCE_PROPERTY:
+                _equivalence_lines.append(value)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _equivalence_lines:
+        return
+    lines = sorted(_equivalence_lines, key=lambda v: v[0])
+    named = sum(len(v[2]) for v in lines)
+    terminalreporter.section("equivalence with the authors' code (d52ae84)")
+    terminalreporter.write_line(f"{len(lines)} comparisons passed, {sum(v[1] for v in lines)} cases compared, "
+                                f"{named} named differences")  # fmt: skip
+    for name, compared, differences in lines:
+        extra = f"; named differences: {'; '.join(differences)}" if differences else ""
+        terminalreporter.write_line(f"  {name}: {compared} cases equal{extra}")
