@@ -90,6 +90,60 @@ def test_publish_add_goes_into_the_report_of_dest_whatever_the_root_is_named(smo
     assert check(dest) == []
 
 
+@needs_crime
+def test_publish_keeps_every_trial_and_draws_budget_curves(smoke_root, tmp_path):
+    """Every trial of the root's studies lands in trials/<dataset>__<objective>.csv with its selection score and
+    test metrics; RESULTS.md's budget block and the budget figure are drawn from them; --trials rewrites them."""
+    import optuna
+
+    from kcal.layout import sqlite_url, trials_table
+    from kcal.trials import KEY_COLUMNS
+
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    for objective in ("nll", "nll_mmd"):
+        table = pd.read_csv(trials_table(data, "crime", objective))
+        assert list(table.columns[: len(KEY_COLUMNS)]) == KEY_COLUMNS
+        study = optuna.load_study(study_name=f"crime__{objective}__paper", storage=sqlite_url(smoke_root))
+        assert table["number"].tolist() == [t.number for t in study.trials]
+        assert table["value"].iloc[0] == pytest.approx(study.trials[0].value, rel=1e-6)
+        assert set(table["direction"]) == {"minimize"} and "test/qce" in table.columns
+    text = (dest / "RESULTS.md").read_text()
+    budget = text.split("<!-- kcal.report:budget -->")[1].split("<!-- /kcal.report -->")[0]
+    assert "| crime | nll | 1 |" in budget and "| crime | nll_mmd | 1 |" in budget
+    assert (dest / "figures" / "budget_crime.png").stat().st_size > 0
+    assert check(dest) == []
+    trials_table(data, "crime", "nll").unlink()
+    assert main(["--trials", str(smoke_root), str(dest)]) == 0
+    assert trials_table(data, "crime", "nll").is_file() and check(dest) == []
+
+
+@needs_crime
+def test_publish_add_replaces_pairs_and_keeps_what_it_replaces(smoke_root, tmp_path):
+    """--add replaces the (dataset, objective) pairs the root holds, not the whole dataset; --keep NAME keeps the
+    replaced rows under experiments/NAME/ (a rerun of one objective with another rule, say)."""
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    results = pd.read_csv(data / "results.csv")
+    other = results[results["objective"] == "nll"].assign(objective="nll_mmd_tanh")  # a pair the root lacks
+    marked = results.assign(mean=results["mean"] + 1.0)  # the former numbers of the root's pairs
+    pd.concat([marked, other]).to_csv(data / "results.csv", index=False)
+    publish(smoke_root, dest, data=data, add=True, keep="former_rule")
+    now = pd.read_csv(data / "results.csv")
+    assert set(now["objective"]) == set(results["objective"]) | {"nll_mmd_tanh"}
+    mine = now[now["objective"] != "nll_mmd_tanh"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(mine, results)
+    kept = pd.read_csv(data / "experiments" / "former_rule" / "results.csv")
+    assert len(kept) == len(results) and kept["mean"].sum() == pytest.approx(marked["mean"].sum())
+    assert set(pd.read_csv(data / "experiments" / "former_rule" / "studies.csv")["objective"]) == {
+        "nll",
+        "nll_mmd",
+    }
+    assert check(dest) == []
+    with pytest.raises(SystemExit):
+        main([str(smoke_root), str(dest), "--keep", "x"])
+
+
 def test_committed_reports_match_their_results_csv():
     """Each docs/results/<profile>/ equals what kcal.tables and kcal.report regenerate from its CSVs,
     which are the package's published numbers for that profile."""

@@ -118,6 +118,27 @@ def trial_number(run_dir: Path) -> int:
     return int(Path(run_dir).name.removeprefix("trial_"))
 
 
+TRIALS_FOLDER = "trials"  # in a published data folder: trials/<dataset>__<objective>.csv
+
+
+def trials_table(data: Path | str, dataset: str, objective: str) -> Path:
+    """``<data>/trials/<dataset>__<objective>.csv``: a published study's trials (:mod:`kcal.trials`)."""
+    return Path(data) / TRIALS_FOLDER / f"{pair_name(dataset, objective)}.csv"
+
+
+def trials_tables(data: Path | str) -> list[Path]:
+    """Every published trials table under ``data``."""
+    return sorted((Path(data) / TRIALS_FOLDER).glob(f"*{SEP}*.csv"))
+
+
+EXPERIMENTS_FOLDER = "experiments"  # in a published data folder: experiments/<name>/
+
+
+def experiment_data_dir(data: Path | str, name: str) -> Path:
+    """``<data>/experiments/<name>``: a labelled experiment's numbers, kept apart from the published ones."""
+    return Path(data) / EXPERIMENTS_FOLDER / name
+
+
 def best_files(root: Path | str) -> dict[tuple[str, str], Path]:
     """Every paper-selection study's ``best.json`` under ``root``, by (dataset, objective)."""
     found = sorted(Path(root).glob(f"*/*/{sweep_folder()}/{BEST_FILE}"))

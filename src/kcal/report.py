@@ -41,11 +41,14 @@ from pathlib import Path
 import pandas as pd
 
 from kcal import layout
+from kcal.budget import PLATEAU_SHARE, expected_best, reached_plateau
 from kcal.claims import claims_summary, profile_note
+from kcal.figures.budget import draw_budget_curves
 from kcal.selection import selected, value_of
 from kcal.studies import COUNTED_FAILURES, STATUS
 from kcal.table_cells import FLAVOURS, comparison_frame, fmt, load_results
 from kcal.tables import write_tables
+from kcal.trials import read_trials, selection_scores, trial_rows, write_trials
 
 GENERATED = re.compile(
     r"(<!-- kcal\.report:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /kcal\.report -->)", re.S
@@ -143,11 +146,38 @@ def _text(value) -> str:
     return "—" if pd.isna(value) or value == "" else str(value)
 
 
-def blocks(results: pd.DataFrame, studies: pd.DataFrame, profile: str) -> dict[str, str]:
+def budget_table(trials: pd.DataFrame) -> str:
+    """Per study with kept trials: the expected best selection score after 1, 10, n/2 and n trials
+    (:mod:`kcal.budget`) and whether n trials reached the plateau by its rule."""
+    scores = selection_scores(trials)
+    if not scores:
+        return "(no trials kept)"
+    lines = [f"Expected best validation score (the study's selection score: accuracy or NLL) of k trials drawn "
+             f"from the study's own complete trials (Dodge et al. 2019). Plateau: the gain from n/2 to n trials "
+             f"is below {PLATEAU_SHARE:g} of the gain from 1 to n (rule in `kcal.budget`).", "",
+             "| dataset | objective | n | k = 1 | k = 10 | k = n/2 | k = n | plateau at n |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for (dataset, objective), (values, maximize) in scores.items():
+        n = len(values)
+        e1, e10, half, last = expected_best(values, [1, min(10, n), max(1, n // 2), n], maximize)
+        reached, late, total = reached_plateau(values, maximize)
+        verdict = "reached" if reached else f"not reached (late gain {late:.4g} of {total:.4g})"
+        lines.append(
+            f"| {dataset} | {objective} | {n} | {e1:.4f} | {e10:.4f} | {half:.4f} | {last:.4f} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def blocks(
+    results: pd.DataFrame, studies: pd.DataFrame, profile: str, trials: pd.DataFrame | None = None
+) -> dict[str, str]:
     """Every generated block of RESULTS.md, by name."""
     out = {"profile": profile_note(profile)}
     out["claims"] = "\n".join(f"- {line}" for line in claims_summary(results, profile=profile))
     out["studies"] = studies_table(studies)
+    out["budget"] = budget_table(
+        trials if trials is not None else pd.DataFrame(columns=["dataset", "objective"])
+    )
     for ds in sorted(set(results["dataset"])):
         out[f"dataset:{ds}"] = side_by_side(results, ds)
     return out
@@ -169,6 +199,8 @@ def template(generated: dict[str, str]) -> str:
         "<!-- kcal.report:profile -->\n<!-- /kcal.report -->\n",
         "## Studies\n",
         "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n",
+        "## Search budget\n",
+        "<!-- kcal.report:budget -->\n<!-- /kcal.report -->\n",
     ]
     for name in sorted(k for k in generated if k.startswith("dataset:")):
         parts += [f"## {name.split(':', 1)[1]}\n", f"<!-- kcal.report:{name} -->\n<!-- /kcal.report -->\n"]
@@ -194,30 +226,54 @@ def render(dest: Path, out: Path) -> None:
     results = load_results(data / "results.csv")
     studies = pd.read_csv(data / "studies.csv")
     write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
-    generated = blocks(results, studies, profile)
+    generated = blocks(results, studies, profile, read_trials(data))
     existing = dest / "RESULTS.md"
     text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
     (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
 
 
-def added(published: Path, new: pd.DataFrame) -> pd.DataFrame:
-    """The published CSV's rows of datasets that ``new`` does not have, then ``new``'s rows."""
+PAIR = ["dataset", "objective"]
+
+
+def added(published: Path, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(combined, replaced)``: the published CSV's rows of (dataset, objective) pairs that ``new`` does not
+    have, then ``new``'s rows; and the published rows that ``new`` replaces."""
     if not published.is_file():
-        return new
+        return new, new.iloc[0:0]
     old = pd.read_csv(published)
-    return pd.concat([old[~old["dataset"].isin(set(new["dataset"]))], new], ignore_index=True)
+    pairs = pd.MultiIndex.from_frame(new[PAIR].drop_duplicates())
+    hit = pd.MultiIndex.from_frame(old[PAIR]).isin(pairs)
+    return pd.concat([old[~hit], new], ignore_index=True), old[hit]
+
+
+def keep_replaced(data: Path, name: str, replaced: dict[str, pd.DataFrame]) -> list[Path]:
+    """Append rows that an ``--add`` replaces to ``<data>/experiments/<name>/<file>`` (a labelled experiment,
+    kept apart from the published numbers), replacing that experiment's rows of the same pairs."""
+    folder = layout.experiment_data_dir(data, name)
+    written = []
+    for file, rows in replaced.items():
+        if rows.empty:
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        combined, _ = added(folder / file, rows)
+        combined.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / file, index=False)
+        written.append(folder / file)
+    return written
 
 
 def publish(
     root: Path, dest: Path, storage: str | None = None, profile: str | None = None, data: Path | None = None,
-    add: bool = False,
+    add: bool = False, keep: str | None = None,
 ) -> list[Path]:  # fmt: skip
     """Copy ``root``'s results into ``data`` (default :func:`data_dir`) and regenerate every derived file
     in ``dest`` (``profile``: the reproduction profile, by default the root's folder name, as in
     ``outputs/reproduce/<profile>``). ``add``: keep the published datasets that ``root`` does not hold
     (a dataset run in another root, session or machine) and replace those it does; the profile and data
     folder are then, by default, those of the report already in ``dest`` (such a root is often named
-    after its dataset, not its profile). Returns the files written."""
+    after its dataset, not its profile). What is replaced is a (dataset, objective) pair: a root that reran
+    one objective replaces that objective's rows only; ``keep`` names an experiment under which the replaced
+    rows are kept (:func:`keep_replaced`). Every trial of the root's studies is written as a trials table
+    (:mod:`kcal.trials`). Returns the files written."""
     if add and (dest / "report.json").is_file():
         published_profile, published_data = report_info(dest)
         profile = profile or published_profile
@@ -235,13 +291,19 @@ def publish(
     (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
     studies = study_rows(root, storage)
     if add:
-        added(data / "results.csv", pd.read_csv(src)).to_csv(data / "results.csv", index=False)
-        studies = added(data / "studies.csv", studies).sort_values(
-            ["dataset", "objective"], ignore_index=True
-        )
+        results, old_results = added(data / "results.csv", pd.read_csv(src))
+        results.to_csv(data / "results.csv", index=False)
+        studies, old_studies = added(data / "studies.csv", studies)
+        studies = studies.sort_values(PAIR, ignore_index=True)
+        if keep:
+            keep_replaced(data, keep, {"results.csv": old_results, "studies.csv": old_studies})
     else:
+        if keep:
+            raise ValueError("keep names where an add keeps the rows it replaces; it needs add=True")
         shutil.copyfile(src, data / "results.csv")
     studies.to_csv(data / "studies.csv", index=False)
+    write_trials(trial_rows(root, storage), data)
+    draw_budget_curves(read_trials(data), layout.figures_dir(dest))
     for (dataset, objective), best in layout.best_files(root).items():
         target = dest / "best" / f"{layout.pair_name(dataset, objective)}.json"
         target.parent.mkdir(exist_ok=True)
@@ -251,6 +313,18 @@ def publish(
         )
     render(dest, dest)
     return sorted(p for folder in (data, dest) for p in folder.rglob("*") if p.is_file())
+
+
+def publish_trials(root: Path, dest: Path, storage: str | None = None) -> list[Path]:
+    """Write the trials of ``root``'s studies into the data folder of the report in ``dest`` (replacing those
+    (dataset, objective) pairs' tables), redraw the budget figures and regenerate the report; for a study
+    whose results were published before its trials were kept (its root imported from a ``kcal.state``
+    export, say). Returns the trials tables written."""
+    _, data = report_info(dest)
+    written = write_trials(trial_rows(root, storage), data)
+    draw_budget_curves(read_trials(data), layout.figures_dir(dest))
+    render(dest, dest)
+    return written
 
 
 def check(dest: Path) -> list[str]:
@@ -271,8 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, help="where results.csv and studies.csv go (default: with "
                    "--add, the report's own; otherwise kcal/resources/results/<profile>)")  # fmt: skip
     p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
-    p.add_argument("--add", action="store_true", help="add root's datasets to those already published "
-                   "(replacing the same datasets), instead of publishing root alone")  # fmt: skip
+    p.add_argument("--trials", action="store_true", help="only write the trials of root's studies into the "
+                   "report's data folder, redraw the budget figures and regenerate the report")  # fmt: skip
+    p.add_argument(
+        "--add",
+        action="store_true",
+        help="add root's datasets to those already published "
+        "(replacing the same (dataset, objective) pairs), instead of publishing root alone",
+    )
+    p.add_argument("--keep", metavar="NAME", help="with --add: keep the rows it replaces as the experiment NAME "
+                   "(<data>/experiments/NAME/results.csv, studies.csv)")  # fmt: skip
     args = p.parse_args(argv)
     if args.check:
         stale = check(args.dest)
@@ -284,7 +366,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.root is None:
         p.error("give the reproduction root (or --check)")
-    files = publish(args.root, args.dest, args.storage, args.profile, args.data, add=args.add)
+    if args.trials:
+        for path in publish_trials(args.root, args.dest, args.storage):
+            print(path)
+        return 0
+    if args.keep and not args.add:
+        p.error("--keep keeps the rows that an --add replaces; add --add")
+    files = publish(args.root, args.dest, args.storage, args.profile, args.data, add=args.add, keep=args.keep)
     print(f"kcal.report: {len(files)} files in {args.dest} and its data folder; edit the analysis in {args.dest / 'RESULTS.md'} "
           "outside the generated blocks")  # fmt: skip
     return 0
