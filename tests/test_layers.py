@@ -19,6 +19,7 @@ LAYERS = {
     "sweep": ["kcal.search_space", "kcal.selection", "kcal.fingerprint", "kcal.studies", "kcal.sweep"],
     "reruns": ["kcal.seeds", "kcal.ablation", "kcal.local_calibration"],
     "publishing": ["kcal.tables", "kcal.table_cells", "kcal.claims", "kcal.report", "kcal.pareto_report", "kcal.budget", "kcal.trials",
+                   "kcal.protocol_spread", "kcal.selection_bootstrap",
                    "kcal.figures", "kcal.state"],
     "orchestration": ["kcal.workers", "kcal.reproduce"],
     "benchmark": ["kcal.bench", "kcal.bench_setup", "kcal.protocol_estimate", "kcal.bare_loop", "kcal.sweep_throughput",

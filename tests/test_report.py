@@ -144,6 +144,25 @@ def test_publish_add_replaces_pairs_and_keeps_what_it_replaces(smoke_root, tmp_p
         main([str(smoke_root), str(dest), "--keep", "x"])
 
 
+@needs_crime
+def test_a_replicate_is_published_apart_and_adds_the_protocol_spread(smoke_root, tmp_path):
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    published = pd.read_csv(data / "results.csv")
+    replicate = copy_root(smoke_root, tmp_path / "replicate")
+    shifted = published.assign(mean=published["mean"] + 0.01)
+    shifted.to_csv(replicate / "results.csv", index=False)
+    assert main(["--replicate", "sampler_seed=1", str(replicate), str(dest)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(data / "results.csv"), published)  # the published numbers stay
+    folder = data / "replicates" / "sampler_seed=1"
+    assert (folder / "studies.csv").is_file() and (folder / "trials" / "crime__nll.csv").is_file()
+    spread = (dest / "protocol_spread.md").read_text()
+    assert "| exact | regression | crime | NLL | qce | 2 |" in spread
+    text = (dest / "RESULTS.md").read_text()
+    assert "Replicates of the whole protocol beside the published run: sampler_seed=1" in text
+    assert check(dest) == []
+
+
 def test_committed_reports_match_their_results_csv():
     """Each docs/results/<profile>/ equals what kcal.tables and kcal.report regenerate from its CSVs,
     which are the package's published numbers for that profile."""

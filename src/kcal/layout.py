@@ -139,6 +139,21 @@ def experiment_data_dir(data: Path | str, name: str) -> Path:
     return Path(data) / EXPERIMENTS_FOLDER / name
 
 
+REPLICATES_FOLDER = "replicates"  # in a published data folder: replicates/<name>/results.csv, ...
+
+
+def replicate_data_dir(data: Path | str, name: str) -> Path:
+    """``<data>/replicates/<name>``: one more run of the whole protocol (another sampler seed)."""
+    return Path(data) / REPLICATES_FOLDER / name
+
+
+def replicate_data_dirs(data: Path | str) -> dict[str, Path]:
+    """Every published replicate under ``data``, by name."""
+    return {
+        p.parent.name: p.parent for p in sorted((Path(data) / REPLICATES_FOLDER).glob(f"*/{RESULTS_FILE}"))
+    }
+
+
 def best_files(root: Path | str) -> dict[tuple[str, str], Path]:
     """Every paper-selection study's ``best.json`` under ``root``, by (dataset, objective)."""
     found = sorted(Path(root).glob(f"*/*/{sweep_folder()}/{BEST_FILE}"))

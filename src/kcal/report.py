@@ -44,6 +44,14 @@ from kcal import layout
 from kcal.budget import PLATEAU_SHARE, expected_best, reached_plateau
 from kcal.claims import claims_summary, profile_note
 from kcal.figures.budget import draw_budget_curves
+from kcal.protocol_spread import (
+    claim_counts,
+    claims_markdown,
+    replicates_of,
+    spread_frame,
+    spread_markdown,
+    summary_markdown,
+)
 from kcal.selection import selected, value_of
 from kcal.studies import COUNTED_FAILURES, STATUS
 from kcal.table_cells import FLAVOURS, comparison_frame, fmt, load_results
@@ -201,6 +209,9 @@ def template(generated: dict[str, str]) -> str:
         "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n",
         "## Search budget\n",
         "<!-- kcal.report:budget -->\n<!-- /kcal.report -->\n",
+        "## The protocol's own spread\n",
+        "<!-- kcal.report:protocol -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:protocol:claims -->\n<!-- /kcal.report -->\n",
     ]
     for name in sorted(k for k in generated if k.startswith("dataset:")):
         parts += [f"## {name.split(':', 1)[1]}\n", f"<!-- kcal.report:{name} -->\n<!-- /kcal.report -->\n"]
@@ -227,6 +238,15 @@ def render(dest: Path, out: Path) -> None:
     studies = pd.read_csv(data / "studies.csv")
     write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
     generated = blocks(results, studies, profile, read_trials(data))
+    replicates = replicates_of(results, {n: load_results(p / layout.RESULTS_FILE)
+                                         for n, p in layout.replicate_data_dirs(data).items()})  # fmt: skip
+    spread = spread_frame(replicates) if replicates else pd.DataFrame()
+    generated["protocol"] = summary_markdown(replicates, spread)
+    generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
+    if replicates:
+        (out / "protocol_spread.md").write_text(
+            f"# The protocol's own spread ({profile})\n\n{spread_markdown(spread)}\n", encoding="utf-8"
+        )
     existing = dest / "RESULTS.md"
     text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
     (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
@@ -327,6 +347,24 @@ def publish_trials(root: Path, dest: Path, storage: str | None = None) -> list[P
     return written
 
 
+def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = None) -> list[Path]:
+    """Publish ``root`` (a rerun of the whole protocol on some datasets, with another ``sweep.sampler_seed``) as
+    the replicate ``name`` of the report in ``dest``: its results, studies and trials go to
+    ``<data>/replicates/<name>/`` (the published numbers stay as they are), and the report is regenerated
+    with the protocol's spread (:mod:`kcal.protocol_spread`)."""
+    _, data = report_info(dest)
+    src = layout.results_file(root)
+    if not src.is_file():
+        raise SystemExit(f"kcal.report: {src} not found; run the replicate (python -m kcal.reproduce) first")
+    folder = layout.replicate_data_dir(data, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, folder / layout.RESULTS_FILE)
+    study_rows(root, storage).to_csv(folder / "studies.csv", index=False)
+    written = write_trials(trial_rows(root, storage), folder)
+    render(dest, dest)
+    return [folder / layout.RESULTS_FILE, folder / "studies.csv", *written]
+
+
 def check(dest: Path) -> list[str]:
     """Names of committed files that differ from what their CSVs regenerate (empty: all equal)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -345,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, help="where results.csv and studies.csv go (default: with "
                    "--add, the report's own; otherwise kcal/resources/results/<profile>)")  # fmt: skip
     p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
+    p.add_argument(
+        "--replicate",
+        metavar="NAME",
+        help="publish root as the protocol replicate NAME (e.g. "
+        "sampler_seed=1) of the report in dest: its numbers stay apart, the protocol's spread is added",
+    )
     p.add_argument("--trials", action="store_true", help="only write the trials of root's studies into the "
                    "report's data folder, redraw the budget figures and regenerate the report")  # fmt: skip
     p.add_argument(
@@ -366,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.root is None:
         p.error("give the reproduction root (or --check)")
+    if args.replicate:
+        for path in publish_replicate(args.root, args.dest, args.replicate, args.storage):
+            print(path)
+        return 0
     if args.trials:
         for path in publish_trials(args.root, args.dest, args.storage):
             print(path)
