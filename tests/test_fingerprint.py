@@ -122,3 +122,30 @@ def test_a_study_without_fingerprint_is_refused_until_adopted_or_stamped(tmp_pat
         stamp_study(load(tmp_path), cfg)
         assert json.dumps(load(tmp_path).user_attrs[STUDY_ATTR])  # stored, JSON
         sweep(cfg)  # stamped with this config: resumes
+
+
+def _objective_configs():
+    from kcal.run.setup import objective_names
+
+    return [(name, "breast-cancer" if name.startswith("xe") else "crime") for name in objective_names()]
+
+
+@pytest.mark.parametrize("objective, dataset", _objective_configs())
+def test_the_base_weight_at_its_default_leaves_every_fingerprint_as_it_was(objective, dataset):
+    """objective.base_weight (every objective config holds it, at 1.0) is left out of the fingerprint at 1.0,
+    so studies and seed reruns stored before the key existed still resume; any other value is in it."""
+    from kcal.fingerprint import LEFT_OUT_AT
+
+    assert LEFT_OUT_AT["objective.base_weight"] == 1.0
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        for entry in ("train", "seeds"):  # seeds: sweep.yaml (and the full profile) with seeds_run
+            base = [f"dataset={dataset}", f"objective={objective}"]
+            cfg = compose(entry, overrides=base)
+            assert cfg.objective.base_weight == 1.0
+            now = shaping_config(cfg)
+            before = shaping_config(
+                compose(entry, overrides=[*base, "~objective.base_weight"])
+            )  # the old configs
+            assert now == before and not [k for k in now if "base_weight" in k]
+            other = shaping_config(compose(entry, overrides=[*base, "objective.base_weight=0.5"]))
+            assert differences(now, other) == ["objective.base_weight (- -> 0.5)"]

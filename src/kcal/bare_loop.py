@@ -63,7 +63,9 @@ def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -
                 acc.update(
                     out,
                     y,
-                    obj(out, x, y, generator=gen, const=const)[0] if x.shape[0] >= 2 else obj.base(out, y),
+                    obj(out, x, y, generator=gen, const=const)[0]
+                    if x.shape[0] >= 2
+                    else obj.combine(obj.base(out, y)),
                 )
             {k: float(v) for k, v in acc.compute().items()}  # host syncs, as the Lightning module
         times.append(time.perf_counter() - t0)

@@ -8,8 +8,8 @@ A fingerprint is a flat ``{key: value}`` dict of
   ``seeds_run.n_seeds``, the stages of ``reproduce``), how it is run (worker index, threads, batched or
   one-by-one seeds, which are bit-identical), and what else is written (progress bars, figures,
   per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it holds that value
-  (``sweep.selection: paper``, ``objective.params.flavour: kcal``, so studies made before the key
-  existed keep their fingerprints).
+  (``sweep.selection: paper``, ``objective.params.flavour: kcal``, ``objective.base_weight: 1.0``, so
+  studies and seed reruns made before the key existed keep their fingerprints).
   A profile counts through the values it sets, not its name;
 * ``data.<file>``: the hash of each raw file of the dataset (as verified by :mod:`kcal.data.sources`);
 * ``kcal.version``.
@@ -51,7 +51,7 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
     "objective.flavour_by_protocol",  # a table: the value it resolves to, objective.params.flavour, counts
 )  # fmt: skip
 # config key -> the value at which the fingerprint leaves it out
-LEFT_OUT_AT = {"sweep.selection": "paper", "objective.params.flavour": "kcal"}
+LEFT_OUT_AT = {"sweep.selection": "paper", "objective.params.flavour": "kcal", "objective.base_weight": 1.0}
 SEEDS_ONLY_NOT_SHAPING = ("sweep",)  # seed runs take their hyperparameters from the best trial
 
 

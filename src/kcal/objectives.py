@@ -1,8 +1,12 @@
-"""Training objectives: ``loss = base + weight * regulariser``.
+"""Training objectives: ``loss = base_weight * base + weight * regulariser``.
 
 ``base`` is the Gaussian negative log-likelihood (regression) or cross-entropy (classification),
 averaged over the batch (the authors' HEAD; ``reduction="sum"`` gives the paper's summed NLL, which
-rescales the effective weight by the batch size). The regulariser is one of
+rescales the effective weight by the batch size). ``base_weight`` is 1 unless a config sets it: the
+authors weight both terms (their ``loss_scalers``: ``{nll: w, mmd: 0.2}``), and ``w * base + 0.2 * reg`` is
+not ``base + (0.2 / w) * reg`` for training: Adam's weight decay is added to the gradient and the
+gradient's norm is clipped, so the two take other steps. At ``base_weight == 1`` the loss is computed as
+``base + weight * regulariser``, the same operations as before the key existed. The regulariser is one of
 
 * ``mmd``  — :func:`kcal.mmd.regression_mmd` / :func:`kcal.mmd.classification_mmd` (this paper);
 * ``mmce`` — :func:`kcal.baselines.mmce` (Kumar et al. 2018), classification only;
@@ -40,6 +44,7 @@ class Objective:
     weight: float = 0.0
     params: dict = field(default_factory=dict)
     reduction: str = "mean"
+    base_weight: float = 1.0
 
     def __post_init__(self):
         valid = REGULARIZERS.get(self.task)
@@ -51,6 +56,7 @@ class Objective:
                 f"valid: {', '.join(str(v) for v in valid)}"
             )
         self.weight = check_weight(f"objective {self.name!r}: weight", self.weight)
+        self.base_weight = check_weight(f"objective {self.name!r}: base_weight", self.base_weight)
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"objective reduction must be 'mean' or 'sum', got {self.reduction!r}")
         self.params = dict(self.params)
@@ -62,6 +68,12 @@ class Objective:
 
             params = self.params if self.task == "regression" else _accepted(classification_mmd, self.params)
             self.mmd_step = MMDStep(self.task, params)
+
+    def combine(self, base: torch.Tensor, reg: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss of a base loss and (None: no) regulariser: ``base_weight * base + weight * reg``; at
+        ``base_weight == 1`` the base is not multiplied (bit-identical to ``base + weight * reg``)."""
+        loss = base if self.base_weight == 1.0 else self.base_weight * base
+        return loss if reg is None else loss + self.weight * reg
 
     def base(self, outputs, y: torch.Tensor) -> torch.Tensor:
         if self.task == "regression":
@@ -98,12 +110,13 @@ class Objective:
 
     def __call__(self, outputs, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None,
                  eps: torch.Tensor | None = None, const=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-        """Return ``(loss, base, regulariser)``; the regulariser is 0 when there is none."""
+        """Return ``(loss, base, regulariser)`` (``loss`` of :meth:`combine`); the regulariser is 0 when there
+        is none."""
         base = self.base(outputs, y)
         if self.regularizer is None or self.weight == 0:
-            return base, base, torch.zeros((), device=base.device, dtype=base.dtype)
+            return self.combine(base), base, torch.zeros((), device=base.device, dtype=base.dtype)
         reg = self.regularization(outputs, x, y, generator=generator, eps=eps, const=const)
-        return base + self.weight * reg, base, reg
+        return self.combine(base, reg), base, reg
 
 
 def _accepted(fn, params: dict) -> dict:

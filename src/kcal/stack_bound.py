@@ -72,7 +72,7 @@ def _objective(prep: Prepared, out, x, y, gen, w=None, s_tt=None):
         w = rbf_offdiag(x, float(obj.params["bandwidth_z"]))  # (K, n, n)
     if task == "regression":
         mean, std = out[..., 0], out[..., 1].exp().clamp_min(float(prep.cfg.model.min_std))
-        loss = (torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI).mean(-1)
+        loss = obj.combine((torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI).mean(-1))
         if mmd:
             p = obj.params
             h_y, m = float(p.get("bandwidth_y", 1.0)), int(p.get("num_samples", 10))
@@ -82,7 +82,7 @@ def _objective(prep: Prepared, out, x, y, gen, w=None, s_tt=None):
         return loss
     logits = out
     n = y.shape[1]
-    loss = (
+    loss = obj.combine(
         F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
         .view(y.shape)
         .mean(-1)

@@ -227,9 +227,9 @@ class Engine:
                     if self.has_reg:
                         c = consts.at(j) if consts is not None else None
                         reg = self._regularizer(out, xb, yb, 0, c)
-                        loss = base + self.weight * reg
+                        loss = self.objective.combine(base, reg)
                     else:
-                        reg, loss = torch.zeros_like(base), base
+                        reg, loss = torch.zeros_like(base), self.objective.combine(base)
                     total = loss
                 else:
                     outputs = self.net(xb)
@@ -238,10 +238,10 @@ class Engine:
                         reg = self._stacked_regularizer(
                             outputs, xb, yb, consts.at(j) if consts is not None else None
                         )
-                        loss = base + self.weight * reg
+                        loss = self.objective.combine(base, reg)
                     else:
                         reg = torch.zeros_like(base)
-                        loss = base
+                        loss = self.objective.combine(base)
                     total = loss.sum()
                 for p in params:
                     p.grad = None
@@ -300,8 +300,8 @@ class Engine:
                 o, xb, yb = member_slice(out, pos), xv[s:e], yv[s:e]
                 if e - s >= 2:
                     loss, _, _ = obj(o, xb, yb, generator=gen, const=const)
-                else:  # a 1-row tail batch has no U-statistic; the base loss alone
-                    loss = obj.base(o, yb)
+                else:  # a 1-row tail batch has no U-statistic; the (weighted) base loss alone
+                    loss = obj.combine(obj.base(o, yb))
                 acc.update(o, yb, loss)
             values = {key: float(v) for key, v in acc.compute().items()}
             if self.log_dce:
@@ -324,7 +324,11 @@ class Engine:
         finished, rows = [], []
         for pos, i in enumerate(self.active):
             m = self.members[i]
-            row = {"epoch": epoch, **val_rows[pos], **train_values(*train_means[pos], self.weight)}
+            row = {
+                "epoch": epoch,
+                **val_rows[pos],
+                **train_values(*train_means[pos], self.weight, self.objective.base_weight),
+            }
             m.history.append(row)
             rows.append(row)
             m.epochs = epoch + 1

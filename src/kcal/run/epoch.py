@@ -44,11 +44,15 @@ def diverged(train_loss: float) -> bool:
     return not math.isfinite(train_loss)
 
 
-def train_values(loss: float, base: float, reg: float, weight: float) -> dict[str, float]:
-    """An epoch's ``train/loss``, ``train/base``, ``train/reg`` (means over its batches) and
-    ``train/reg_share`` = ``weight * |reg| / |base|``: the weighted regulariser relative to the base loss
-    (0 without a regulariser; ~1e-10 means the term never acted)."""
-    share = weight * abs(reg) / abs(base) if base != 0 else math.inf
+def train_values(
+    loss: float, base: float, reg: float, weight: float, base_weight: float = 1.0
+) -> dict[str, float]:
+    """An epoch's ``train/loss``, ``train/base``, ``train/reg`` (means over its batches; ``train/base``
+    unweighted) and ``train/reg_share`` = ``weight * |reg| / (base_weight * |base|)``: the weighted
+    regulariser relative to the weighted base loss (0 without a regulariser; ~1e-10 means the term never
+    acted)."""
+    scaled = abs(base) if base_weight == 1.0 else base_weight * abs(base)
+    share = weight * abs(reg) / scaled if scaled != 0 else math.inf
     return {"train/loss": loss, "train/base": base, "train/reg": reg, "train/reg_share": share}
 
 

@@ -96,6 +96,7 @@ def validate(cfg: DictConfig, data: DatasetSplits) -> str:
             raise ConfigError(message)
     try:
         check_weight("objective.weight", cfg.objective.weight)
+        check_weight("objective.base_weight", base_weight(cfg))
         check_bandwidths(cfg.objective.params, prefix="objective.params.")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -159,12 +160,18 @@ def objective_params(cfg: DictConfig, data: DatasetSplits, threshold: float) -> 
     return params
 
 
+def base_weight(cfg: DictConfig) -> float:
+    """``objective.base_weight``: the weight on the base loss (NLL / cross-entropy); 1 where a config (an
+    objective config of the user's, a run saved before the key existed) has none."""
+    return float(cfg.objective.get("base_weight", 1.0))
+
+
 def objective_from_config(cfg: DictConfig, data: DatasetSplits, threshold: float) -> Objective:
     """The training objective of ``cfg`` with its parameters resolved on ``data``."""
     return Objective(
         name=cfg.objective.name, task=data.info.task, regularizer=cfg.objective.regularizer,
         weight=float(cfg.objective.weight), params=objective_params(cfg, data, threshold),
-        reduction=cfg.objective.reduction,
+        reduction=cfg.objective.reduction, base_weight=base_weight(cfg),
     )  # fmt: skip
 
 
