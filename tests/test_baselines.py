@@ -163,7 +163,9 @@ def _ref_log_dir(f_i, f_j, h):
     return sum((alpha[c] - 1.0) * math.log(f_i[c]) for c in range(len(f_i))) - log_b
 
 
-def ref_ece_kde(probs, labels, h, p):
+def ref_ece_kde(probs, labels, h, p, authors=False):
+    """ECE-KDE as loops. ``authors``: their arithmetic, K_ij = exp(log Dir) (0 where it underflows, below about
+    -745 in float64) and r = num / max(den, 1e-10); otherwise the ratio of the exact kernel sums."""
     n, m = probs.shape
     tot = 0.0
     for i in range(n):
@@ -172,11 +174,12 @@ def ref_ece_kde(probs, labels, h, p):
         for j in range(n):
             if j == i:
                 continue
-            kij = math.exp(_ref_log_dir(probs[i], probs[j], h))
+            lk = _ref_log_dir(probs[i], probs[j], h)
+            kij = 0.0 if authors and lk < -745 else math.exp(lk)
             den += kij
             num[int(labels[j])] += kij
         for c in range(m):
-            tot += abs(num[c] / den - probs[i][c]) ** p
+            tot += abs(num[c] / (max(den, 1e-10) if authors else den) - probs[i][c]) ** p
     return tot / n
 
 
@@ -289,24 +292,6 @@ def test_ece_kde_exact_zeros_no_nan_and_gradients():
     assert torch.isfinite(v) and torch.isfinite(gl).all()
 
 
-def ref_ece_kde_authors(probs, labels, h, p):
-    """The authors' arithmetic as loops: K_ij = exp(log Dir) (0 where it underflows), r = num / max(den, 1e-10)."""
-    n, m = probs.shape
-    tot = 0.0
-    for i in range(n):
-        num = [0.0] * m
-        den = 0.0
-        for j in range(n):
-            if j != i:
-                lk = _ref_log_dir(probs[i], probs[j], h)
-                kij = math.exp(lk) if lk > -745 else 0.0  # exp underflows to 0 below about -745 in float64
-                den += kij
-                num[int(labels[j])] += kij
-        for c in range(m):
-            tot += abs(num[c] / max(den, 1e-10) - probs[i][c]) ** p
-    return tot / n
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ece_kde_authors_flavour_matches_loops_and_selects_with_the_authors_rule(seed):
     """flavour="authors": the authors' selector (fallback 1e-5) and the linear-space ratio, whose rows with an
@@ -315,11 +300,12 @@ def test_ece_kde_authors_flavour_matches_loops_and_selects_with_the_authors_rule
     probs = torch.softmax(logits, -1)
     h = select_bandwidth(probs, fallback="authors")
     _rel_close(
-        ece_kde(probs, labels, flavour="authors"), ref_ece_kde_authors(probs.numpy(), labels.numpy(), h, 1)
+        ece_kde(probs, labels, flavour="authors"),
+        ref_ece_kde(probs.numpy(), labels.numpy(), h, 1, authors=True),
     )
     # at h = 1e-5 the kernel underflows in float64 for these rows: the two flavours differ there
     auth = float(ece_kde(probs, labels, bandwidth=1e-5, flavour="authors"))
-    _rel_close(auth, ref_ece_kde_authors(probs.numpy(), labels.numpy(), 1e-5, 1))
+    _rel_close(auth, ref_ece_kde(probs.numpy(), labels.numpy(), 1e-5, 1, authors=True))
     assert abs(auth - float(ece_kde(probs, labels, bandwidth=1e-5))) > 1e-3
     # without underflow the two ratios are one number
     _rel_close(
