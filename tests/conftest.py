@@ -87,11 +87,17 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter):
     if not _equivalence_lines:
         return
-    lines = sorted(_equivalence_lines, key=lambda v: v[0])
-    named = sum(len(v[2]) for v in lines)
+    merged: dict[str, tuple[int, int, list[str]]] = {}  # a parametrised test's cases on one line
+    for name, compared, differences in _equivalence_lines:
+        base = name.split("[")[0]
+        runs, total, named = merged.get(base, (0, 0, []))
+        merged[base] = (runs + 1, total + compared, named + [d for d in differences if d not in named])
+    named = sum(len(v[2]) for v in merged.values())
     terminalreporter.section("equivalence with the authors' code (d52ae84)")
-    terminalreporter.write_line(f"{len(lines)} comparisons passed, {sum(v[1] for v in lines)} cases compared, "
+    terminalreporter.write_line(f"{len(merged)} comparisons passed, {sum(v[1] for v in merged.values())} cases equal, "
                                 f"{named} named differences")  # fmt: skip
-    for name, compared, differences in lines:
+    for name in sorted(merged):
+        runs, compared, differences = merged[name]
         extra = f"; named differences: {'; '.join(differences)}" if differences else ""
-        terminalreporter.write_line(f"  {name}: {compared} cases equal{extra}")
+        params = f" ({runs} parametrisations)" if runs > 1 else ""
+        terminalreporter.write_line(f"  {name}: {compared} cases equal{params}{extra}")

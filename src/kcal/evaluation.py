@@ -6,6 +6,18 @@ Regression metrics are reported in the target's original units: predictions and 
 multiplied back by ``y_scale`` (1 under the official protocol, whose targets are only median-centred;
 the training-set std under the clean protocol). NLL is location-invariant, so the centring does not
 matter; the decision threshold is expressed in the same units.
+
+Post-hoc recalibration is fit on the whole validation split in each flavour's own way:
+
+* exact (``test_recal/...``): float64 forecasts, the named recalibrator's float64 map and proper
+  density; temperature fit by LBFGS.
+* official (``official/test_recal/...``): the authors' arithmetic on the network's float32 outputs --
+  for ``conformal``, :class:`kcal.recalibration.OfficialConformalRecalibrator` (torchuq's sums in float32,
+  the left limit at tied validation PITs, the finite-difference NLL); for ``temperature``, softmax
+  outputs in float32 and the authors' Adam + plateau loop (also logged as
+  ``official/test_recal/temperature``). The metrics are then computed as for ``official/test``.
+
+:func:`official_from_predictions` recomputes the ``official/...`` keys from a run's ``predictions.npz``.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from kcal.kernels import median_heuristic
 from kcal.metrics import classification as cm
 from kcal.metrics import official as om
 from kcal.metrics import regression as rm
+from kcal.random_streams import eval_seed
 from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator, resolve_recalibrator
 
 OFFICIAL_REGRESSION_BATCH = 128
@@ -47,7 +60,8 @@ def _prefixed(prefix: str, values: dict) -> dict[str, float]:
 
 
 class _FiniteDifferenceDensity:
-    """Adapter giving a recalibrated forecast the authors' finite-difference ``log_prob`` (§5)."""
+    """Adapter giving a recalibrated forecast the authors' finite-difference ``log_prob``,
+    ``log(F(y + 1e-4) - F(y) + 1e-10) - log(1e-4)`` in the forecast's dtype."""
 
     def __init__(self, forecast):
         self.forecast = forecast
@@ -72,15 +86,20 @@ def regression_exact(forecast, y, threshold: float, gaussian: tuple | None = Non
     return out
 
 
-def regression_official(forecast, y, threshold: float, generator: torch.Generator, density=None) -> dict:
+def regression_official(
+    forecast, y, threshold: float, generator: torch.Generator | None, density=None
+) -> dict:
+    """Official NLL, QCE and, given a generator, DCE of ``forecast`` (``density``: the NLL's ``log_prob``)."""
     u = rm.pit(forecast, y)
-    return {
+    out = {
         "nll": om.official_regression_nll(density or forecast, y, batch_size=OFFICIAL_REGRESSION_BATCH),
         "qce": om.official_qce(u, batch_size=OFFICIAL_REGRESSION_BATCH),
-        "dce": om.official_dce(
-            forecast, y, threshold, batch_size=OFFICIAL_REGRESSION_BATCH, generator=generator
-        ),
     }
+    if generator is not None:
+        out["dce"] = om.official_dce(
+            forecast, y, threshold, batch_size=OFFICIAL_REGRESSION_BATCH, generator=generator
+        )
+    return out
 
 
 def regression_predictions(model, data: DatasetSplits) -> dict[str, torch.Tensor]:
@@ -104,17 +123,34 @@ def evaluate_regression(model, data: DatasetSplits, recalibrator: str, threshold
     )
     c = threshold * data.info.y_scale
     fv, ft = Normal(mv, sv, validate_args=False), Normal(mt, st, validate_args=False)
-    gen = torch.Generator(device=yt.device).manual_seed(seed)
     out = _prefixed("val", {"nll": rm.nll(fv, yv), "qce": rm.qce_binned(rm.pit(fv, yv))})
     out |= _prefixed("test", regression_exact(ft, yt, c, gaussian=(mt, st)))
-    out |= _prefixed("official/test", regression_official(ft, yt, c, gen))
     name = resolve_recalibrator(recalibrator, "regression")
     if name != "none":
         recal = make_quantile_recalibrator(name).fit(rm.pit(fv, yv))
-        rt = recal.forecast(ft)
-        out |= _prefixed("test_recal", regression_exact(rt, yt, c))
+        out |= _prefixed("test_recal", regression_exact(recal.forecast(ft), yt, c))
+    return out | _official_regression(p, name, c, seed)
+
+
+def _official_regression(p: dict, name: str, threshold: float, seed: int | None) -> dict:
+    """``official/test/...`` on the float64 forecasts, then ``official/test_recal/...`` in the authors'
+    float32 arithmetic; one generator (``seed``) draws the DCE's uniforms for both, in that order (no DCE
+    without a seed)."""
+    mv, sv, yv, mt, st, yt = (
+        p[k] for k in ("val_mean", "val_std", "val_y", "test_mean", "test_std", "test_y")
+    )
+    gen = None if seed is None else torch.Generator(device=yt.device).manual_seed(int(seed))
+    out = _prefixed(
+        "official/test", regression_official(Normal(mt, st, validate_args=False), yt, threshold, gen)
+    )
+    if name != "none":
+        fv32 = Normal(mv.float(), sv.float(), validate_args=False)
+        ft32 = Normal(mt.float(), st.float(), validate_args=False)
+        recal = make_quantile_recalibrator(name, flavour="official").fit(rm.pit(fv32, yv.float()))
+        rt = recal.forecast(ft32)
         out |= _prefixed(
-            "official/test_recal", regression_official(rt, yt, c, gen, _FiniteDifferenceDensity(rt))
+            "official/test_recal",
+            regression_official(rt, yt.float(), threshold, gen, _FiniteDifferenceDensity(rt)),
         )
     return out
 
@@ -153,24 +189,59 @@ def evaluate_classification(model, data: DatasetSplits, recalibrator: str, objec
     )
     out |= _prefixed("test", classification_exact(pt, yt, xt, bw_x, bw_y))
     out["test/kce_bandwidth_x"] = bw_x
-    official_kw = {
-        "batch_size": OFFICIAL_CLASSIFICATION_BATCH,
-        "objective": official_objective_name(objective),
-    }
-    out |= _prefixed("official/test", om.official_classification_metrics(pt, yt, xt, **official_kw))
     name = resolve_recalibrator(recalibrator, "classification")
     if name != "none":
         scaler = make_class_recalibrator(name).fit(lv, yv)
         out |= _prefixed("test_recal", classification_exact(scaler.transform(lt), yt, xt, bw_x, bw_y))
         out["test_recal/temperature"] = float(scaler.temperature)
-        # the authors: temperature fit on log(p + 1e-10) of the probabilities; their recalibrated KCE
-        # applies softmax to the already recalibrated probabilities p (softmax(p))
-        official_scaler = make_class_recalibrator(name).fit_from_probs(pv, yv)
-        p_cal = official_scaler.transform(torch.log(pt + 1e-10))
+    return out | _official_classification(p, name, objective, xt)
+
+
+def _official_classification(p: dict, name: str, objective: str, x_test) -> dict:
+    """``official/test/...`` and ``official/test_recal/...`` (KCE only with ``x_test``). The authors'
+    temperature is fit on the float32 softmax of the validation logits by their Adam + plateau loop, and
+    applied to the float32 softmax of the test logits; their recalibrated KCE applies a softmax to the
+    already recalibrated probabilities (``kce_probs``)."""
+    lv, yv, lt, yt = p["val_logits"], p["val_y"], p["test_logits"], p["test_y"]
+    kw = {"batch_size": OFFICIAL_CLASSIFICATION_BATCH, "objective": official_objective_name(objective)}
+    out = _prefixed(
+        "official/test", om.official_classification_metrics(torch.softmax(lt, -1), yt, x_test, **kw)
+    )
+    if name != "none":
+        scaler = make_class_recalibrator(name, flavour="official").fit_from_probs(
+            torch.softmax(lv.float(), -1), yv
+        )
+        p_cal = scaler.transform_probs(torch.softmax(lt.float(), -1)).double()
         out |= _prefixed(
             "official/test_recal",
-            om.official_classification_metrics(
-                p_cal, yt, xt, kce_probs=torch.softmax(p_cal, -1), **official_kw
-            ),
+            om.official_classification_metrics(p_cal, yt, x_test, kce_probs=torch.softmax(p_cal, -1), **kw),
         )
+        out["official/test_recal/temperature"] = float(scaler.temperature)
     return out
+
+
+def official_from_predictions(preds: dict, recalibrator: str = "auto", *, seed: int | None = None,
+                              threshold: float = 0.0, objective: str = "xe", x_test=None) -> dict:  # fmt: skip
+    """A run's ``official/...`` metrics recomputed from its predictions (the dict :func:`regression_predictions` /
+    :func:`classification_predictions` return, or its ``predictions.npz`` as
+    :func:`kcal.plotting.load_predictions` reads it), e.g. after a change to the official flavour.
+
+    ``recalibrator``: the run's (``config.yaml``: ``recalibrator.name``). Regression: ``seed`` is the run's
+    seed (its DCE uniforms come from :func:`kcal.random_streams.eval_seed`; without it no DCE), ``threshold``
+    the decision threshold in the predictions' units (0 under the official protocol). Classification:
+    ``objective`` picks the authors' KCE kernel, ``x_test`` the test features (without them no KCE).
+
+    Under the official protocol ``predictions.npz`` holds the network's float32 outputs exactly, so the
+    values equal those of ``metrics.json`` computed by the same code; under the clean protocol the saved
+    predictions are rounded to float32 after unscaling, and the values agree to that rounding.
+    """
+    p = {k: torch.as_tensor(v) for k, v in preds.items()}
+    p = {k: v.double() if v.is_floating_point() else v for k, v in p.items()}
+    if "val_mean" in p:
+        name = resolve_recalibrator(recalibrator, "regression")
+        return _official_regression(p, name, threshold, None if seed is None else eval_seed(seed))
+    if "val_logits" in p:
+        name = resolve_recalibrator(recalibrator, "classification")
+        x = None if x_test is None else torch.as_tensor(x_test).double()
+        return _official_classification(p, name, objective, x)
+    raise ValueError(f"predictions hold neither regression nor classification keys: {sorted(p)}")

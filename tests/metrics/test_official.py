@@ -274,6 +274,95 @@ def test_official_classification_edge_cases():
     _close(out["accuracy"], 1.0)
 
 
+def test_official_classification_without_x_leaves_out_kce():
+    probs, labels, x = _cls_data(32, seed=6)
+    with_x = O.official_classification_metrics(probs, labels, x, objective="xe_mmd")
+    without = O.official_classification_metrics(probs, labels, None, objective="xe_mmd")
+    assert set(without) == {"accuracy", "ece", "entropy"}
+    for k in without:
+        _close(without[k], with_x[k])
+
+
+# ------------------------------------------------------------------ post-hoc (kcal.evaluation's official path)
+
+
+def _regression_preds(n_val=300, n_test=384, seed=0):
+    """float32 network outputs promoted to float64, as kcal.evaluation holds them; overconfident, with tails."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rows(n):
+        mean = torch.randn(n, generator=g)
+        std = torch.rand(n, generator=g) * 0.5 + 0.05
+        return mean, std, mean + 2.0 * std * torch.randn(n, generator=g)
+
+    (mv, sv, yv), (mt, st, yt) = rows(n_val), rows(n_test)
+    yt[:20] = mt[:20] + torch.linspace(3.5, 7.0, 20) * st[:20]
+    return {k: v.double() for k, v in dict(val_mean=mv, val_std=sv, val_y=yv, test_mean=mt, test_std=st, test_y=yt).items()}  # fmt: skip
+
+
+def test_official_posthoc_regression_is_the_float32_conformal_arithmetic():
+    """official/test_recal/nll is the mean finite-difference NLL of the float32 official conformal map, QCE its
+    rounded bins; the float64 exact map (what the official flavour used before) gives another NLL."""
+    from torch.distributions import Normal
+
+    from kcal.evaluation import official_from_predictions
+    from kcal.recalibration import make_quantile_recalibrator
+
+    p = _regression_preds()
+    out = official_from_predictions(p, "conformal")
+    assert "official/test_recal/dce" not in out and "official/test/dce" not in out  # no seed, no DCE
+    f32 = {k: v.float() for k, v in p.items()}
+    rec = make_quantile_recalibrator("conformal", flavour="official").fit(
+        Normal(f32["val_mean"], f32["val_std"]).cdf(f32["val_y"])
+    )
+    forecast = rec.forecast(Normal(f32["test_mean"], f32["test_std"]))
+    lp = forecast.log_prob(f32["test_y"])
+    assert lp.dtype == torch.float32
+    _close(out["official/test_recal/nll"], -lp.mean(), rtol=1e-6)
+    _close(out["official/test_recal/qce"], O.official_qce(forecast.cdf(f32["test_y"])))
+    exact = make_quantile_recalibrator("conformal").fit(Normal(p["val_mean"], p["val_std"]).cdf(p["val_y"]))
+    old = (
+        -exact.forecast(Normal(p["test_mean"], p["test_std"])).log_prob_finite_difference(p["test_y"]).mean()
+    )
+    assert abs(out["official/test_recal/nll"] - float(old)) > 1e-3
+    # with a seed: DCE for both, drawn from one generator, reproducible
+    a = official_from_predictions(p, "conformal", seed=3)
+    b = official_from_predictions({k: v.float().numpy() for k, v in p.items()}, "auto", seed=3)
+    assert a == b and "official/test_recal/dce" in a
+    assert official_from_predictions(p, "none", seed=3).keys() == {
+        "official/test/nll",
+        "official/test/qce",
+        "official/test/dce",
+    }
+
+
+def test_official_posthoc_classification_fits_the_authors_temperature():
+    """official/test_recal/...: the authors' temperature loop on float32 softmax outputs (T near 1 here, so the
+    loop is short), applied in float32; KCE on softmax of the recalibrated probabilities."""
+    from kcal.evaluation import official_from_predictions
+    from kcal.recalibration import make_class_recalibrator
+
+    g = torch.Generator().manual_seed(1)
+    lv, lt = 3 * torch.randn(200, 3, generator=g), 3 * torch.randn(96, 3, generator=g)
+    yv = torch.multinomial(torch.softmax(lv / 1.2, -1), 1, generator=g).squeeze(-1)
+    yt = torch.multinomial(torch.softmax(lt / 1.2, -1), 1, generator=g).squeeze(-1)
+    x = torch.randn(96, 4, generator=g, dtype=torch.float64)
+    p = {"val_logits": lv.double(), "val_y": yv, "test_logits": lt.double(), "test_y": yt}
+    out = official_from_predictions(p, "auto", objective="xe_mmd", x_test=x)
+    official = make_class_recalibrator("temperature", flavour="official").fit_from_probs(
+        torch.softmax(lv, -1), yv
+    )
+    assert out["official/test_recal/temperature"] == official.temperature
+    p_cal = official.transform_probs(torch.softmax(lt, -1)).double()
+    expected = O.official_classification_metrics(
+        p_cal, yt, x, objective="xe_mmd", kce_probs=torch.softmax(p_cal, -1)
+    )
+    for key, name in (("accuracy", "acc"), ("ece", "ece"), ("entropy", "entropy"), ("kce", "kce")):
+        _close(out[f"official/test_recal/{name}"], expected[key])
+    exact = make_class_recalibrator("temperature").fit_from_probs(torch.softmax(lv, -1), yv)
+    assert abs(exact.temperature / official.temperature - 1) > 1e-4
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (checked on the lent H100)")
 def test_official_dce_draws_on_the_generators_device():
     # a GPU run's evaluation passes a CUDA generator: the draws must be made there (was a RuntimeError)

@@ -11,6 +11,8 @@ from kcal.recalibration import (
     ConformalQuantileRecalibrator,
     IdentityQuantileRecalibrator,
     IsotonicQuantileRecalibrator,
+    OfficialConformalForecast,
+    OfficialConformalRecalibrator,
     PiecewiseLinearMap,
     RecalibratedForecast,
     make_quantile_recalibrator,
@@ -312,6 +314,118 @@ def test_float32_forecast_batch_and_sample_shapes():
     torch.testing.assert_close(s1, s2)
     assert torch.isfinite(f.log_prob(y)).all()
     assert torch.isfinite(f.log_prob_finite_difference(y)).all()
+
+
+# --------------------------------------------------------------------------- official flavour (conformal)
+
+FD_CAP = math.log(1e-10) - math.log(1e-4)  # the finite-difference log density of a row whose CDF did not move
+
+
+def test_official_conformal_knots_and_map_agree_with_the_exact_map_away_from_ties():
+    """In float64 and without ties the segment sum is the exact map's interpolation (to rounding)."""
+    base, y = _simulate(500, seed=3)
+    pits = base.cdf(y)
+    official = make_quantile_recalibrator("conformal", flavour="official").fit(pits)
+    exact = make_quantile_recalibrator("conformal").fit(pits)
+    assert isinstance(official, OfficialConformalRecalibrator) and official.knots.dtype == torch.float64
+    np.testing.assert_allclose(official.knots.numpy() + 0.5, exact.map.xs.numpy(), atol=1e-15)
+    np.testing.assert_allclose(official.map.xs.numpy(), exact.map.xs.numpy(), atol=1e-15)
+    grid = torch.linspace(-0.01, 1.01, 3001, dtype=torch.float64)
+    np.testing.assert_allclose(official(grid).numpy(), exact(grid).numpy(), atol=1e-12)
+    levels = torch.linspace(0, 1, 37, dtype=torch.float64)
+    np.testing.assert_allclose(
+        official.inverse_score(levels).numpy() + 0.5, exact.map.inverse(levels).numpy(), atol=1e-12
+    )
+
+
+def test_official_conformal_takes_the_left_limit_at_tied_pits():
+    """Repeated validation rows tie their PITs: R jumps there; the official map takes the value below the jump
+    (the exact map the value above), and PITs of exactly 1.0 tie at the top in the same way."""
+    pits = torch.tensor([0.1, 0.2, 0.2, 0.2, 0.5, 0.8, 1.0, 1.0], dtype=torch.float32)
+    official = make_quantile_recalibrator("conformal", flavour="official").fit(pits)
+    exact = make_quantile_recalibrator("conformal").fit(pits)
+    at = torch.tensor([0.2, 1.0])
+    # knots: s0, 0.1, 0.2 x3, 0.5, 0.8, 1.0 x2, s9 (N + 1 = 9)
+    torch.testing.assert_close(official(at), torch.tensor([2 / 9, 7 / 9]))
+    torch.testing.assert_close(exact(at.double()), torch.tensor([4 / 9, 8 / 9], dtype=torch.float64))
+    # just off the tie both agree (to float32)
+    off = torch.tensor([0.2 + 1e-3, 0.2 - 1e-3])
+    torch.testing.assert_close(official(off).double(), exact(off.double()), atol=1e-6, rtol=0)
+
+
+def test_official_conformal_works_in_the_forecasts_float32():
+    """float32 PITs keep the arithmetic in float32: labels ~4 sd out cost the 13.8-nat cap because F(y + 1e-4)
+    and F(y) round to the same float32, and PITs round to exactly 1.0 beyond ~5.4 sd; the exact map on float64
+    forecasts resolves both."""
+    pit32 = torch.distributions.Normal(0.0, 1.0).cdf(torch.linspace(-5, 5, 41))
+    official = make_quantile_recalibrator("conformal", flavour="official").fit(pit32)
+    assert official.knots.dtype == torch.float32
+    y = torch.tensor([4.2, 4.5, 6.0])
+    b32 = torch.distributions.Normal(torch.zeros(3), torch.ones(3))
+    assert b32.cdf(y)[-1] == 1.0
+    f = official.forecast(b32)
+    assert isinstance(f, OfficialConformalForecast)
+    lp = f.log_prob(y)
+    assert lp.dtype == torch.float32
+    torch.testing.assert_close(lp, torch.full((3,), FD_CAP))
+    torch.testing.assert_close(f.log_prob_finite_difference(y), lp, rtol=0, atol=0)
+    exact = make_quantile_recalibrator("conformal").fit(pit32.double())
+    b64 = torch.distributions.Normal(torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    lp64 = exact.forecast(b64).log_prob_finite_difference(y.double())
+    assert (lp64[:2] > -3.0).all()  # ~ -2.7 and -1.9 nats: the float64 difference resolves the density
+
+
+def test_official_conformal_rows_do_not_depend_on_their_batch():
+    """Rows are evaluated in chunks of 128 (the authors' test batch); any row's value is the same alone."""
+    base, y = _simulate(300, seed=8, dtype=torch.float32)
+    rec = make_quantile_recalibrator("conformal", flavour="official").fit(base.cdf(y))
+    f = rec.forecast(base)
+    whole = f.cdf(y)
+    alone = torch.cat([rec(base.cdf(y)[i : i + 1]) for i in range(0, 300, 37)])
+    assert torch.equal(whole[::37], alone)
+    assert torch.equal(rec(base.cdf(y).reshape(20, 15)), whole.reshape(20, 15))
+
+
+def test_official_conformal_icdf_and_samples():
+    base, y = _simulate(400, seed=9, dtype=torch.float32)
+    rec = make_quantile_recalibrator("conformal", flavour="official").fit(base.cdf(y))
+    f = rec.forecast(base)
+    assert f.batch_shape == torch.Size([400])
+    # the knot-index interpolation at level * (N + 1)
+    levels = torch.rand(400, generator=torch.Generator().manual_seed(0))
+    t = levels * 401
+    k = rec.knots
+    expected = k[t.floor().long()] * (t.ceil() - t) + k[t.ceil().long()] * (1 - (t.ceil() - t))
+    assert torch.equal(rec.inverse_score(levels), expected)
+    icdf = f.icdf(levels)
+    assert icdf.dtype == torch.float32
+    assert torch.equal(icdf, base.icdf((expected + 0.5).clamp(1e-6, 1 - 1e-6)))
+    # cdf(icdf(level)) = level in the interior, to float32 (the base's icdf/cdf round trip near its tails
+    # costs ~1e-4)
+    inner = torch.linspace(0.05, 0.95, 400)
+    torch.testing.assert_close(f.cdf(f.icdf(inner)), inner, atol=3e-4, rtol=0)
+    s1 = f.sample(generator=torch.Generator().manual_seed(3), sample_shape=(10,))
+    s2 = f.sample(generator=torch.Generator().manual_seed(3), sample_shape=10)
+    assert s1.shape == (10, 400) and s1.dtype == torch.float32 and torch.equal(s1, s2)
+
+
+def test_official_conformal_errors():
+    rec = make_quantile_recalibrator("conformal", flavour="official")
+    with pytest.raises(RuntimeError):
+        rec(torch.tensor([0.5]))
+    with pytest.raises(RuntimeError):
+        rec.forecast(torch.distributions.Normal(0.0, 1.0))
+    with pytest.raises(ValueError):
+        rec.fit(torch.tensor([0.5]))
+    with pytest.raises(ValueError):
+        rec.fit(torch.tensor([0.5, float("nan")]))
+    # the authors ran no other recalibrator: isotonic and none are the same in both flavours
+    assert isinstance(
+        make_quantile_recalibrator("isotonic", flavour="official"), IsotonicQuantileRecalibrator
+    )
+    assert isinstance(make_quantile_recalibrator("none", flavour="official"), IdentityQuantileRecalibrator)
+    with pytest.raises(ValueError, match="flavour"):
+        make_quantile_recalibrator("conformal", flavour="authors")
 
 
 def test_factory_and_errors():

@@ -6,6 +6,15 @@ import torch
 from kcal.recalibration import IdentityClassRecalibrator, TemperatureScaler, make_class_recalibrator
 
 
+@pytest.fixture
+def one_thread():
+    """The authors' loop takes ~600 tiny steps here; on a busy machine a second thread only adds contention."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _synthetic(t_true, n=5000, m=10, seed=0, scale=3.0):
     g = torch.Generator().manual_seed(seed)
     z = scale * torch.randn(n, m, generator=g)
@@ -43,7 +52,7 @@ def test_works_inside_inference_mode():
         assert TemperatureScaler().fit(z, labels).temperature == pytest.approx(ref, rel=1e-6)
 
 
-def test_fit_from_probs_official_flavour():
+def test_fit_from_probs_exact_flavour():
     z, labels = _synthetic(0.6, seed=2)
     probs = torch.softmax(z, dim=-1)
     ts = TemperatureScaler().fit_from_probs(probs, labels)
@@ -52,6 +61,32 @@ def test_fit_from_probs_official_flavour():
     out = ts.transform_probs(probs)
     torch.testing.assert_close(out, torch.softmax(torch.log(probs + 1e-10) / ts.temperature, dim=-1))
     assert torch.equal(out.argmax(-1), probs.argmax(-1))
+
+
+@pytest.mark.parametrize("t_true", [1.3, 0.7])
+def test_official_flavour_fits_by_the_authors_loop(t_true, one_thread):
+    """Adam (lr 1e-3) + ReduceLROnPlateau from T = 1 on float32 log(p + 1e-10): near LBFGS's optimum but short of
+    it, in float32, and applied as softmax(log(p + 1e-10) / T) with T a float32 tensor."""
+    z, labels = _synthetic(t_true, n=300, m=3, seed=5, scale=2.0)
+    probs = torch.softmax(z, dim=-1)
+    official = make_class_recalibrator("temperature", flavour="official")
+    assert isinstance(official, TemperatureScaler) and official.optimizer == "adam_plateau"
+    official.fit_from_probs(probs, labels)
+    exact = make_class_recalibrator("temperature").fit_from_probs(probs, labels)
+    assert exact.optimizer == "lbfgs"
+    t = official.temperature
+    assert t == float(torch.tensor(t, dtype=torch.float32))  # a float32 value
+    assert t != exact.temperature and t == pytest.approx(exact.temperature, rel=0.05)
+    assert official.final_loss_ >= exact.final_loss_ - 1e-6  # LBFGS reaches the optimum
+    assert official.final_loss_ < official.initial_loss_
+    assert 10 < official.iterations_ < 100_000  # stopped by the learning rate (ten halvings), not the cap
+    out = official.transform_probs(probs)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, torch.softmax(torch.log(probs + 1e-10) / torch.full((1, 1), t), dim=-1))
+    assert torch.equal(out.argmax(-1), probs.argmax(-1))
+    # float64 input: the loop runs in float64
+    t64 = make_class_recalibrator("temperature", flavour="official").fit_from_probs(probs.double(), labels)
+    assert t64.temperature == pytest.approx(t, rel=1e-3)
 
 
 def test_identity_and_factory():
@@ -63,9 +98,12 @@ def test_identity_and_factory():
     probs = torch.softmax(z, dim=-1)
     assert ident.transform_probs(probs) is probs
     assert isinstance(make_class_recalibrator("temperature"), TemperatureScaler)
+    assert isinstance(make_class_recalibrator("none", flavour="official"), IdentityClassRecalibrator)
     with pytest.raises(ValueError) as exc:
         make_class_recalibrator("vector_scaling")
     assert "temperature" in str(exc.value) and "none" in str(exc.value)
+    with pytest.raises(ValueError, match="flavour"):
+        make_class_recalibrator("temperature", flavour="authors")
 
 
 def test_input_validation_and_degenerate_fit():
@@ -74,6 +112,8 @@ def test_input_validation_and_degenerate_fit():
         ts.fit(torch.randn(10), torch.zeros(10, dtype=torch.long))
     with pytest.raises(ValueError):
         ts.fit(torch.randn(10, 3), torch.zeros(9, dtype=torch.long))
+    with pytest.raises(ValueError, match="optimizer"):
+        TemperatureScaler(optimizer="sgd")
     # perfectly separable logits: CE keeps falling as T -> 0; the result stays finite and in range
     z = torch.tensor([[5.0, 0.0], [0.0, 5.0]]).repeat(50, 1)
     labels = torch.tensor([0, 1]).repeat(50)
@@ -84,7 +124,8 @@ def test_input_validation_and_degenerate_fit():
 
 
 def test_a_clipped_temperature_warns_once_per_run():
-    """One run fits the validation logits twice (evaluation, figures) and the official probabilities once."""
+    """One run fits the validation logits twice (evaluation, figures) and the official probabilities once;
+    ``fit_from_probs`` reports a clip quietly, whichever the optimiser (LBFGS here, to keep the test fast)."""
     import warnings
 
     from kcal.recalibration.temperature import TemperatureClippedWarning

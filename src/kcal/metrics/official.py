@@ -23,6 +23,12 @@ What each function reproduces:
   with kernel bandwidths that differ by method (:func:`official_kce_bandwidths`); the calibrated KCE,
   which the authors computed on softmax of already temperature-scaled probabilities, is reproduced
   with ``kce_probs``.
+
+After post-hoc recalibration the same functions score the recalibrated forecasts; the recalibration
+itself follows the authors' arithmetic in the official flavour (``kcal.recalibration`` with
+``flavour="official"``: torchuq's conformal map in float32, whose finite-difference "density"
+``log(F(y + 1e-4) - F(y) + 1e-10) - log(1e-4)`` is what :func:`official_regression_nll` averages, and the
+temperature fitted by the authors' Adam + plateau loop); :mod:`kcal.evaluation` wires it.
 """
 
 from __future__ import annotations
@@ -212,6 +218,8 @@ def official_classification_metrics(
     otherwise the official metric's constructor default (0.01, 1.0), which is what
     ``xe``/``xe_mmce``/``xe_kde`` runs got.
 
+    ``x=None`` leaves out ``kce`` (e.g. when only a run's saved predictions are at hand).
+
     ``probs`` are probabilities (softmax of the logits).  Not reproduced: torchmetrics 0.8.2 skips
     its softmax when every logit of a batch already lies in [0, 1] (a pathological case).
 
@@ -221,12 +229,13 @@ def official_classification_metrics(
     """
     probs, labels = check_probs(probs, labels)
     n, m = probs.shape
-    x = torch.as_tensor(x)
-    if x.ndim == 1:
-        x = x[:, None]
-    if x.shape[0] != n:
-        raise ValueError(f"x must have {n} rows, got {x.shape[0]}")
-    x = x.to(probs.dtype)
+    if x is not None:
+        x = torch.as_tensor(x)
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.shape[0] != n:
+            raise ValueError(f"x must have {n} rows, got {x.shape[0]}")
+        x = x.to(probs.dtype)
     if kce_probs is None:
         kp = probs
     else:
@@ -253,22 +262,22 @@ def official_classification_metrics(
 
     # per-batch ECE via one scatter_add over (batch, bin) cells
     group = torch.arange(nb, device=p.device).repeat_interleave(batch_size)
-    idx = group * n_bins + bin_index(conf, n_bins)
+    # binned in float32, confidences and edges, as torchmetrics 0.8.2 bins them: a confidence within a float32
+    # ulp of an edge (0.55, say) lands in another bin than in float64
+    idx = group * n_bins + bin_index(conf.float(), n_bins)
     diff = torch.zeros(nb * n_bins, dtype=p.dtype, device=p.device).scatter_add_(0, idx, hit - conf)
     ece_b = diff.view(nb, n_bins).abs().sum(-1) / batch_size
 
     ent_b = (-torch.xlogy(p, p)).sum(-1).reshape(nb, batch_size).mean(-1)
 
-    kce_b = kce_batched(
-        kp[:used].reshape(nb, batch_size, m),
-        lab.reshape(nb, batch_size),
-        x[:used].reshape(nb, batch_size, -1),
-        bw_x,
-        bw_y,
-    )
-    return {
-        "accuracy": acc_b.mean(),
-        "ece": ece_b.mean(),
-        "entropy": ent_b.mean(),
-        "kce": kce_b.mean(),
-    }
+    out = {"accuracy": acc_b.mean(), "ece": ece_b.mean(), "entropy": ent_b.mean()}
+    if x is not None:
+        kce_b = kce_batched(
+            kp[:used].reshape(nb, batch_size, m),
+            lab.reshape(nb, batch_size),
+            x[:used].reshape(nb, batch_size, -1),
+            bw_x,
+            bw_y,
+        )
+        out["kce"] = kce_b.mean()
+    return out

@@ -1,5 +1,9 @@
 """Post-hoc recalibration: quantile maps for regression, temperature scaling for classification.
 
+Each comes in the two evaluation flavours (``flavour="exact"`` or ``"official"`` in the factories): the
+official one does the authors' arithmetic (:class:`OfficialConformalRecalibrator`; temperature fitted by
+their Adam + plateau loop), the exact one float64 maps and LBFGS.
+
 The names a run's ``recalibrator`` may take are those of :data:`QUANTILE_RECALIBRATORS` (regression) and
 :data:`CLASS_RECALIBRATORS` (classification), plus ``auto``, the task's default (:data:`AUTO_RECALIBRATOR`):
 :data:`RECALIBRATORS` lists them per task and :func:`resolve_recalibrator` checks and resolves one.
@@ -7,11 +11,15 @@ The names a run's ``recalibrator`` may take are those of :data:`QUANTILE_RECALIB
 
 from kcal.recalibration.quantile import (
     DEFAULT_SLOPE_FLOOR,
+    FINITE_DIFFERENCE_STEP,
+    FLAVOURS,
     ICDF_LEVEL_CLAMP,
     QUANTILE_RECALIBRATORS,
     ConformalQuantileRecalibrator,
     IdentityQuantileRecalibrator,
     IsotonicQuantileRecalibrator,
+    OfficialConformalForecast,
+    OfficialConformalRecalibrator,
     PiecewiseLinearMap,
     QuantileRecalibrator,
     RecalibratedForecast,
@@ -19,6 +27,7 @@ from kcal.recalibration.quantile import (
 )
 from kcal.recalibration.temperature import (
     CLASS_RECALIBRATORS,
+    OPTIMIZERS,
     PROB_EPS,
     ClassRecalibrator,
     IdentityClassRecalibrator,
@@ -48,16 +57,21 @@ __all__ = [
     "RECALIBRATORS",
     "resolve_recalibrator",
     "DEFAULT_SLOPE_FLOOR",
+    "FINITE_DIFFERENCE_STEP",
+    "FLAVOURS",
     "ICDF_LEVEL_CLAMP",
     "QUANTILE_RECALIBRATORS",
     "CLASS_RECALIBRATORS",
     "PROB_EPS",
+    "OPTIMIZERS",
     "PiecewiseLinearMap",
     "RecalibratedForecast",
     "QuantileRecalibrator",
     "IdentityQuantileRecalibrator",
     "IsotonicQuantileRecalibrator",
     "ConformalQuantileRecalibrator",
+    "OfficialConformalRecalibrator",
+    "OfficialConformalForecast",
     "make_quantile_recalibrator",
     "ClassRecalibrator",
     "TemperatureScaler",

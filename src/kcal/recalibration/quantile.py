@@ -3,13 +3,19 @@
 A recalibrator learns a monotone map ``R: [0, 1] -> [0, 1]`` from validation PITs
 ``u_k = F_k(y_k)`` and turns a forecast with CDF ``F`` into one with CDF ``R(F(y))``.
 
-Two fitting rules share one piecewise-linear representation (:class:`PiecewiseLinearMap`):
+Two fitting rules share one piecewise-linear representation (:class:`PiecewiseLinearMap`), the exact
+flavour's:
 
 * :class:`IsotonicQuantileRecalibrator` -- Kuleshov, Fenner & Ermon (2018).
-* :class:`ConformalQuantileRecalibrator` -- what the official code actually ran
-  (torchuq ``ConformalCalibrator(input_type='distribution', interpolation='linear')``).
+* :class:`ConformalQuantileRecalibrator` -- the construction the official code ran (torchuq
+  ``ConformalCalibrator(input_type='distribution', interpolation='linear')``), in float64.
 
-Conventions used throughout (all maps, both recalibrators):
+:class:`OfficialConformalRecalibrator` is the same construction in the official flavour: the authors'
+arithmetic in the forecasts' dtype (float32 for their networks), their convention at tied validation PITs
+and their finite-difference density (:class:`OfficialConformalForecast`). :func:`make_quantile_recalibrator`
+picks it for ``conformal`` when ``flavour="official"``.
+
+Conventions of :class:`PiecewiseLinearMap` (the exact flavour's maps):
 
 * ``R`` is evaluated as constant extrapolation outside its knots (like ``np.interp``), is
   right-continuous at vertical jumps (duplicate ``x`` knots) and is computed in float64, then cast
@@ -38,10 +44,14 @@ __all__ = [
     "IdentityQuantileRecalibrator",
     "IsotonicQuantileRecalibrator",
     "ConformalQuantileRecalibrator",
+    "OfficialConformalRecalibrator",
+    "OfficialConformalForecast",
     "make_quantile_recalibrator",
     "QUANTILE_RECALIBRATORS",
+    "FLAVOURS",
     "ICDF_LEVEL_CLAMP",
     "DEFAULT_SLOPE_FLOOR",
+    "FINITE_DIFFERENCE_STEP",
 ]
 
 #: The authors' clamp on the level passed to the base forecast's icdf (torchuq
@@ -50,6 +60,13 @@ ICDF_LEVEL_CLAMP = 1e-6
 
 #: Floor on ``R'`` inside ``RecalibratedForecast.log_prob`` (see its docstring).
 DEFAULT_SLOPE_FLOOR = 1e-12
+
+#: The official "density" is ``log(cdf(y + h) - cdf(y) + FINITE_DIFFERENCE_FLOOR) - log(h)`` with this ``h``.
+FINITE_DIFFERENCE_STEP = 1e-4
+FINITE_DIFFERENCE_FLOOR = 1e-10
+
+#: The two evaluation flavours a recalibrator is built for (``kcal.evaluation``).
+FLAVOURS = ("exact", "official")
 
 
 def _as_1d_float64(values, name: str) -> torch.Tensor:
@@ -210,7 +227,8 @@ class RecalibratedForecast:
       ``F`` only via ``base.log_prob`` (``R'`` is piecewise constant).
     * ``log_prob_finite_difference(y, h)``: the official code's "density",
       ``log(R(F(y+h)) - R(F(y)) + 1e-10) - log(h)``, whose per-point NLL is capped at
-      ``-log(1e-10 / 1e-4) ~= 13.8`` for ``h = 1e-4``.
+      ``-log(1e-10 / 1e-4) ~= 13.8`` for ``h = 1e-4``, on this map (in the forecast's dtype); the
+      official flavour's own conformal arithmetic is :class:`OfficialConformalForecast`.
     * ``sample(generator=None, sample_shape=())`` = ``icdf`` of uniforms.
 
     Note: with the conformal map the end knots can fall outside ``[0, 1]`` so that ``R(0) > 0`` or
@@ -252,10 +270,10 @@ class RecalibratedForecast:
         slope = self.map.derivative(self.base.cdf(y))
         return torch.log(slope.clamp_min(self.slope_floor)).to(base_lp.dtype) + base_lp
 
-    def log_prob_finite_difference(self, y, h: float = 1e-4) -> torch.Tensor:
+    def log_prob_finite_difference(self, y, h: float = FINITE_DIFFERENCE_STEP) -> torch.Tensor:
         y = torch.as_tensor(y)
         diff = self.cdf(y + h) - self.cdf(y)
-        return torch.log(diff + 1e-10) - math.log(h)
+        return torch.log(diff + FINITE_DIFFERENCE_FLOOR) - math.log(h)
 
     def sample(
         self, generator: torch.Generator | None = None, sample_shape: Sequence[int] | int = ()
@@ -376,7 +394,8 @@ class IsotonicQuantileRecalibrator(QuantileRecalibrator):
 
 
 class ConformalQuantileRecalibrator(QuantileRecalibrator):
-    """The official method: torchuq ``ConformalCalibrator(input_type='distribution', interpolation='linear')``.
+    """The official construction (torchuq ``ConformalCalibrator(input_type='distribution',
+    interpolation='linear')``) as a float64 :class:`PiecewiseLinearMap`: the exact flavour's conformal map.
 
     With sorted validation PITs ``s_(1) <= ... <= s_(N)`` (N >= 2) and mean gap
     ``g = mean(s_(k+1) - s_(k)) = (s_(N) - s_(1)) / (N - 1)``, add ``s_(0) = s_(1) - g`` and
@@ -384,17 +403,23 @@ class ConformalQuantileRecalibrator(QuantileRecalibrator):
     ``k = 0..N+1``, constant 0 below ``s_(0)`` and 1 above ``s_(N+1)``. Its inverse interpolates the same
     knots (torchuq indexes the knot array at ``level * (N+1)``; identical on these uniformly spaced levels).
 
-    Ambiguities resolved (documented choices):
+    Where it departs from the official arithmetic (:class:`OfficialConformalRecalibrator` has it):
 
-    * Score ``PIT - 0.5`` vs ``PIT``: torchuq's conformal calibrator scores ``F(y) - 0.5`` (some torchuq versions
-      use ``F(y)``); a constant shift of the knots and the query cancels, so we store knots in PIT space.
-    * End knots are **not** clipped to ``[0, 1]`` (torchuq does not clip); if ``s_(0) < 0`` then
-      ``R(0) > 0`` (<= 1/(N+1)) and ``R^{-1}(level)`` can be negative -- the base icdf then sees the level
-      clamped to ``1e-6`` (the authors' clamp).
-    * Tied PITs: torchuq divides by ``gap + 1e-20`` and so makes a jump there; our map has the same jump and
-      takes the right-continuous value at the tie (torchuq the left one; a measure-zero difference).
-    * Precision: knots and evaluation are float64 (torchuq uses the forecast dtype, typically float32).
-    * PITs are used as given (no clipping), like torchuq.
+    * Score ``PIT - 0.5`` vs ``PIT``: torchuq scores ``F(y) - 0.5``; in exact arithmetic the shift of
+      knots and query cancels, so the knots are stored in PIT space.
+    * Precision: knots and evaluation are float64; torchuq works in the forecast's dtype (float32 for the
+      authors' networks), where the score ``F(y) - 0.5`` rounds small PITs and ``F`` itself reaches exactly
+      1.0 about 5.4 standard deviations out.
+    * Tied validation PITs (repeated rows, PITs of exactly 1.0 or 0.0) make a vertical jump in both; this
+      map takes the right-continuous value at the tie, torchuq the left limit. Test rows whose PIT equals
+      the tied value (a repeated row, or any label far enough in the tail to round its PIT to 1.0) get
+      different values, so the difference is not of measure zero on such data.
+    * The density is the proper one (:meth:`RecalibratedForecast.log_prob`), not torchuq's finite
+      difference.
+
+    End knots are not clipped to ``[0, 1]`` (neither does torchuq): if ``s_(0) < 0`` then ``R(0) > 0``
+    (<= 1/(N+1)) and ``R^{-1}(level)`` can be negative -- the base icdf then sees the level clamped to
+    ``1e-6`` (the authors' clamp). PITs are used as given (no clipping), like torchuq.
     """
 
     name = "conformal"
@@ -413,6 +438,170 @@ class ConformalQuantileRecalibrator(QuantileRecalibrator):
         return self
 
 
+class OfficialConformalRecalibrator(QuantileRecalibrator):
+    """The official flavour's conformal recalibration: what torchuq's ``ConformalCalibrator(input_type=
+    'distribution', interpolation='linear', score_func=1)`` computes in the authors' test loop, operation for
+    operation, in the dtype of the validation PITs (float32 when they come from the network's float32
+    forecasts, as theirs did).
+
+    Fit (on the whole validation split): scores ``s_k = F_k(y_k) - 0.5`` in that dtype, sorted; one knot is
+    added below the smallest and one above the largest score, each one mean gap (``mean(s_(k+1) - s_(k))``)
+    beyond it, giving ``K = N + 2`` knots ``q_0 <= ... <= q_(N+1)``.
+
+    CDF of a score ``s`` (:meth:`__call__` on PITs, :class:`OfficialConformalForecast` on labels): every
+    segment contributes the fraction of it that lies below ``s``,
+    ``clamp((s - q_j) / (q_(j+1) - q_j + 1e-20), 0, 1)``, and ``R = sum_j / (N + 1)``. Mathematically this is
+    the piecewise-linear interpolation through ``(q_k + 0.5, k / (N + 1))`` (:attr:`map` holds it in
+    float64, for inspection); in float32 the sum rounds like torchuq's, which is what makes the
+    finite-difference density below agree. At a tied score (a zero-width segment) the segment contributes
+    0 unless ``s`` lies strictly above it, so ``R`` takes the left limit there.
+
+    Rows are evaluated in chunks of 128 (the authors' test batch); a row's value depends only on the row.
+
+    Inverse (:meth:`inverse_score`, used for sampling): ``t = level * (N + 1)``, and the score is
+    ``q_floor(t) * (ceil(t) - t) + q_ceil(t) * (1 - (ceil(t) - t))``.
+    """
+
+    name = "conformal"
+    flavour = "official"
+    #: Rows per chunk when the CDF is evaluated (the authors' regression test batch).
+    chunk_rows = 128
+
+    def __init__(self):
+        super().__init__()
+        self._knots: torch.Tensor | None = None
+
+    def fit(self, pit_val) -> OfficialConformalRecalibrator:
+        u = torch.as_tensor(pit_val).detach()
+        if not u.is_floating_point():
+            u = u.to(torch.get_default_dtype())
+        u = u.reshape(-1)
+        if u.numel() < 2:
+            raise ValueError(
+                "the conformal recalibrator needs at least 2 validation PITs (mean gap undefined)"
+            )
+        if not bool(torch.isfinite(u).all()):
+            raise ValueError("validation PITs must be finite")
+        scores = torch.sort(u - 0.5).values
+        gap = (scores[1:] - scores[:-1]).mean(dim=0, keepdim=True)
+        knots = torch.cat([scores[:1] - gap, scores, scores[-1:] + gap])
+        self._knots = knots
+        self._width = knots[1:] - knots[:-1] + 1e-20
+        n = scores.numel()
+        self._map = PiecewiseLinearMap(
+            knots.double().cpu() + 0.5, np.arange(n + 2, dtype=np.float64) / (n + 1)
+        )
+        return self
+
+    def _fitted_knots(self) -> torch.Tensor:
+        if self._knots is None:
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call .fit(pit_val) first")
+        return self._knots
+
+    @property
+    def knots(self) -> torch.Tensor:
+        """The ``N + 2`` knots in score space (``PIT - 0.5``), in the validation PITs' dtype (a copy)."""
+        return self._fitted_knots().clone()
+
+    def score_cdf(self, score) -> torch.Tensor:
+        """``R`` as a function of the score ``PIT - 0.5`` (any shape; computed in the knots' dtype)."""
+        knots = self._fitted_knots()
+        score = torch.as_tensor(score)
+        s = score.to(device=knots.device, dtype=knots.dtype).reshape(-1)
+        lower, width = knots[:-1], self._width
+        parts = [
+            ((s[i : i + self.chunk_rows, None] - lower) / width).clamp(min=0, max=1).sum(dim=-1)
+            / (knots.numel() - 1)
+            for i in range(0, s.numel(), self.chunk_rows)
+        ]
+        out = torch.cat(parts) if parts else s.clone()
+        return out.reshape(score.shape).to(score.device)
+
+    def __call__(self, u) -> torch.Tensor:
+        """``R(u)`` for PITs ``u``, in the knots' dtype (the score ``u - 0.5`` is formed in that dtype)."""
+        knots = self._fitted_knots()
+        u = torch.as_tensor(u)
+        return self.score_cdf(u.to(device=knots.device, dtype=knots.dtype) - 0.5).to(u.device)
+
+    def inverse_score(self, level) -> torch.Tensor:
+        """The score whose ``R`` is ``level`` (levels clamped to ``[0, 1]``), by the knot-index interpolation."""
+        knots = self._fitted_knots()
+        level = torch.as_tensor(level)
+        t = level.to(device=knots.device, dtype=knots.dtype).clamp(0, 1) * (knots.numel() - 1)
+        above = torch.ceil(t)
+        ratio = above - t
+        out = knots[torch.floor(t).long()] * ratio + knots[above.long()] * (1 - ratio)
+        return out.to(level.device)
+
+    def forecast(self, base, slope_floor: float | None = None) -> OfficialConformalForecast:
+        """The recalibrated forecast of ``base`` (``slope_floor`` is accepted and ignored: no proper density)."""
+        self._fitted_knots()
+        return OfficialConformalForecast(base, self)
+
+    def __repr__(self) -> str:
+        n = None if self._knots is None else self._knots.numel() - 2
+        dtype = None if self._knots is None else self._knots.dtype
+        return f"{type(self).__name__}(n_val={n}, dtype={dtype})"
+
+
+class OfficialConformalForecast:
+    """A forecast recalibrated by :class:`OfficialConformalRecalibrator`, as torchuq's
+    ``DistributionConformalLinear`` evaluates it.
+
+    * ``cdf(y) = R(F(y))``: the score ``F(y) - 0.5`` in the knots' dtype, then the segment sum.
+    * ``log_prob(y) = log(cdf(y + 1e-4) - cdf(y) + 1e-10) - log(1e-4)`` in that dtype: a finite difference,
+      not a density. A row costs at most ``log(1e-4 / 1e-10) ~= 13.8`` nats, which it pays wherever the
+      two CDF values are equal: outside the validation scores' range and, in float32, wherever ``F``
+      rounds the same at ``y`` and ``y + 1e-4`` (labels about 4 standard deviations out or more).
+    * ``icdf(level) = F^{-1}(clamp(score + 0.5, 1e-6, 1 - 1e-6))`` with the score from
+      :meth:`OfficialConformalRecalibrator.inverse_score`.
+    * ``sample(generator, sample_shape)``: ``icdf`` of uniforms drawn in the knots' dtype.
+    """
+
+    def __init__(self, base, recalibrator: OfficialConformalRecalibrator):
+        self.base = base
+        self.recalibrator = recalibrator
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.recalibrator._knots.dtype
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        bs = getattr(self.base, "batch_shape", None)
+        if bs is not None:
+            return torch.Size(bs)
+        with torch.no_grad():
+            return self.base.icdf(torch.tensor(0.5, dtype=self.dtype)).shape
+
+    def cdf(self, y) -> torch.Tensor:
+        return self.recalibrator.score_cdf(self.base.cdf(y) - 0.5)
+
+    def icdf(self, level) -> torch.Tensor:
+        score = self.recalibrator.inverse_score(level)
+        return self.base.icdf((score + 0.5).clamp(min=ICDF_LEVEL_CLAMP, max=1 - ICDF_LEVEL_CLAMP))
+
+    def log_prob_finite_difference(self, y, h: float = FINITE_DIFFERENCE_STEP) -> torch.Tensor:
+        y = torch.as_tensor(y)
+        return torch.log(self.cdf(y + h) - self.cdf(y) + FINITE_DIFFERENCE_FLOOR) - math.log(h)
+
+    def log_prob(self, y) -> torch.Tensor:
+        """The official finite-difference "density" (see the class docstring)."""
+        return self.log_prob_finite_difference(y)
+
+    def sample(
+        self, generator: torch.Generator | None = None, sample_shape: Sequence[int] | int = ()
+    ) -> torch.Tensor:
+        if isinstance(sample_shape, int):
+            sample_shape = (sample_shape,)
+        shape = torch.Size(sample_shape) + self.batch_shape
+        device = generator.device if generator is not None else self.recalibrator._knots.device
+        return self.icdf(torch.rand(shape, generator=generator, dtype=self.dtype, device=device))
+
+    def __repr__(self) -> str:
+        return f"OfficialConformalForecast(base={self.base!r}, recalibrator={self.recalibrator!r})"
+
+
 QUANTILE_RECALIBRATORS: dict[str, type[QuantileRecalibrator]] = {
     "none": IdentityQuantileRecalibrator,
     "isotonic": IsotonicQuantileRecalibrator,
@@ -420,11 +609,20 @@ QUANTILE_RECALIBRATORS: dict[str, type[QuantileRecalibrator]] = {
 }
 
 
-def make_quantile_recalibrator(name: str) -> QuantileRecalibrator:
-    """Build an unfitted regression recalibrator by name: ``isotonic``, ``conformal`` or ``none``."""
+def make_quantile_recalibrator(name: str, flavour: str = "exact") -> QuantileRecalibrator:
+    """Build an unfitted regression recalibrator by name: ``isotonic``, ``conformal`` or ``none``.
+
+    ``flavour="official"`` gives :class:`OfficialConformalRecalibrator` for ``conformal`` (the authors'
+    arithmetic); the authors ran no other recalibrator, so ``isotonic`` and ``none`` are the same in both
+    flavours.
+    """
     key = str(name).strip().lower() if name is not None else "none"
     if key not in QUANTILE_RECALIBRATORS:
         raise ValueError(
             f"unknown quantile recalibrator {name!r}; valid names: {', '.join(sorted(QUANTILE_RECALIBRATORS))}"
         )
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown flavour {flavour!r}; valid: {', '.join(FLAVOURS)}")
+    if flavour == "official" and key == "conformal":
+        return OfficialConformalRecalibrator()
     return QUANTILE_RECALIBRATORS[key]()

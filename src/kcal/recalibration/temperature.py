@@ -1,19 +1,28 @@
 """Post-hoc temperature scaling for classification.
 
-:class:`TemperatureScaler` fits one temperature ``T > 0`` (parameterised as ``log T``, initialised at
-``T = 1``) by minimising the full-validation cross-entropy of ``logits / T`` with
-``torch.optim.LBFGS(line_search_fn="strong_wolfe")`` (one ``step`` of at most ``max_iter`` iterations,
-float64). This is a deliberate departure from the authors' optimiser (torchuq ``TemperatureScaling``:
-Adam lr 1e-3 + ReduceLROnPlateau until lr < 1e-6); both minimise the same convex
-1-D objective, LBFGS just gets to the optimum reliably and fast.
+:class:`TemperatureScaler` fits one temperature ``T > 0`` (initialised at ``T = 1``) by minimising the
+full-validation cross-entropy of ``logits / T``, with one of two optimisers:
+
+* ``optimizer="lbfgs"`` (the exact flavour): ``torch.optim.LBFGS(line_search_fn="strong_wolfe")`` on
+  ``log T`` in float64, one ``step`` of at most ``max_iter`` iterations. It reaches the optimum of this
+  convex 1-D objective.
+* ``optimizer="adam_plateau"`` (the official flavour; :func:`make_class_recalibrator` with
+  ``flavour="official"``): the authors' loop (torchuq ``TemperatureScaling.train``), in the dtype of the
+  inputs (float32 for their softmax outputs). ``T`` is a ``(1, 1)`` tensor starting at 1; each iteration
+  computes the cross-entropy of ``logits / T`` over the whole validation set, takes one
+  ``torch.optim.Adam(lr=1e-3)`` step, then steps ``ReduceLROnPlateau(mode="min", patience=3, factor=0.5,
+  threshold=1e-6)`` with that loss (the loss before the step); it stops after the iteration where the
+  learning rate falls below 1e-6, i.e. after ten halvings, or after 100,000 iterations. It ends near the
+  optimum, not at it, on either side (0.3 % to 1.8 % off on synthetic validation sets of 29 to 3016 rows).
 
 Lightning 2 may call test hooks under ``torch.inference_mode()`` (Lightning issue 19910), where autograd
 is unavailable and inference tensors cannot be saved for backward. ``fit`` therefore runs inside
 ``torch.inference_mode(False)`` + ``torch.enable_grad()`` on ``.detach().clone()`` copies made *inside*
 that block (a clone of an inference tensor made outside inference mode is a normal tensor).
 
-``fit_from_probs`` reproduces what the authors fed torchuq: ``log(p + 1e-10)`` used as logits, and
-``transform_probs`` returns ``softmax(log(p + 1e-10) / T)``. Temperature scaling never changes the argmax.
+``fit_from_probs`` fits on what the authors fed torchuq, ``log(p + 1e-10)`` of the softmax outputs used as
+logits, and ``transform_probs`` returns ``softmax(log(p + 1e-10) / T)``, dividing by ``T`` as a tensor of
+the probabilities' dtype (as torchuq does). Temperature scaling never changes the argmax.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ __all__ = [
     "make_class_recalibrator",
     "CLASS_RECALIBRATORS",
     "PROB_EPS",
+    "OPTIMIZERS",
     "TemperatureClippedWarning",
 ]
 
@@ -56,8 +66,60 @@ _last_clip_message: list[str] = []  # the previous clip warning's text (one elem
 PROB_EPS = 1e-10
 
 
+#: ``TemperatureScaler``'s optimisers: the exact flavour's and the authors' (module docstring).
+OPTIMIZERS = ("lbfgs", "adam_plateau")
+
+#: The authors' loop: Adam's learning rate, the plateau scheduler's settings, the stopping learning rate
+#: and the iteration cap (torchuq ``TemperatureScaling.train``).
+ADAM_LR = 1e-3
+PLATEAU = {"mode": "min", "patience": 3, "factor": 0.5, "threshold": 1e-6}
+STOP_LR = 1e-6
+MAX_ADAM_ITERATIONS = 100_000
+
+
 def _probs_to_logits(probs: torch.Tensor) -> torch.Tensor:
     return torch.log(probs + PROB_EPS)
+
+
+def _lbfgs_temperature(z: torch.Tensor, y: torch.Tensor, max_iter: int) -> tuple[float, int]:
+    """``T`` minimising the cross-entropy of ``z / T``, by LBFGS on ``log T`` in float64 (and iterations)."""
+    z = z.to(torch.float64)
+    log_t = torch.zeros((), dtype=torch.float64, device=z.device, requires_grad=True)
+    opt = torch.optim.LBFGS(
+        [log_t],
+        lr=1.0,
+        max_iter=max_iter,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-10,
+        tolerance_change=1e-12,
+    )
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(z * torch.exp(-log_t), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return math.exp(float(log_t.detach())), int(opt.state[log_t].get("n_iter", 0))
+
+
+def _adam_plateau_temperature(z: torch.Tensor, y: torch.Tensor) -> tuple[float, int]:
+    """The authors' temperature (module docstring), in ``z``'s dtype, and the iterations it took."""
+    t = torch.ones(1, 1, dtype=z.dtype, device=z.device, requires_grad=True)
+    opt = torch.optim.Adam([t], lr=ADAM_LR)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, **PLATEAU)
+    iterations = 0
+    while iterations < MAX_ADAM_ITERATIONS:
+        iterations += 1
+        opt.zero_grad()
+        loss = F.cross_entropy(z / t, y)
+        loss.backward()
+        opt.step()
+        plateau.step(float(loss.detach()))
+        if opt.param_groups[0]["lr"] < STOP_LR:
+            break
+    return float(t.detach()), iterations
 
 
 class ClassRecalibrator:
@@ -92,42 +154,56 @@ class ClassRecalibrator:
 
 
 class TemperatureScaler(ClassRecalibrator):
-    """Single-temperature scaling fit by LBFGS on the validation cross-entropy.
+    """Single-temperature scaling fit on the validation cross-entropy (module docstring).
 
     Parameters
     ----------
     max_iter:
-        Maximum LBFGS iterations (a single ``LBFGS.step`` call).
+        Maximum LBFGS iterations (a single ``LBFGS.step`` call); unused by ``adam_plateau``.
     min_temperature, max_temperature:
         The fitted ``T`` is clipped into this range (with a :class:`TemperatureClippedWarning`) -- only
-        reachable on degenerate validation sets, e.g. perfectly separable logits where the cross-entropy keeps decreasing as
-        ``T -> 0``. A non-finite fit result falls back to ``T = 1`` with a warning.
+        reachable on degenerate validation sets, e.g. perfectly separable logits where the cross-entropy keeps
+        decreasing as ``T -> 0`` (the authors' loop does not clip; there it can end anywhere). A non-finite
+        fit result falls back to ``T = 1`` with a warning.
+    optimizer:
+        ``"lbfgs"`` (exact flavour, the default) or ``"adam_plateau"`` (the authors' loop).
     """
 
     name = "temperature"
 
-    def __init__(self, max_iter: int = 100, min_temperature: float = 1e-3, max_temperature: float = 1e3):
+    def __init__(
+        self,
+        max_iter: int = 100,
+        min_temperature: float = 1e-3,
+        max_temperature: float = 1e3,
+        optimizer: str = "lbfgs",
+    ):
         if max_iter < 1:
             raise ValueError("max_iter must be >= 1")
         if not 0 < min_temperature <= 1.0 <= max_temperature:
             raise ValueError("need 0 < min_temperature <= 1 <= max_temperature")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         self.max_iter = int(max_iter)
         self.min_temperature = float(min_temperature)
         self.max_temperature = float(max_temperature)
-        self._log_t = 0.0
+        self.optimizer = optimizer
+        self._temperature = 1.0
         self.fitted = False
         self.final_loss_: float | None = None
         self.initial_loss_: float | None = None
         self.unclipped_temperature_: float | None = None
+        self.iterations_: int | None = None
 
     @property
     def temperature(self) -> float:
-        return math.exp(self._log_t)
+        return self._temperature
 
     def fit(self, logits: torch.Tensor, labels: torch.Tensor, *, quiet: bool = False) -> TemperatureScaler:
         """Fit ``T`` on the full validation set. ``logits``: (n, m); ``labels``: (n,) integer classes.
 
-        ``quiet``: report a clipped temperature as a DEBUG log line instead of a warning.
+        ``lbfgs`` works in float64; ``adam_plateau`` in the logits' dtype. ``quiet``: report a clipped
+        temperature as a DEBUG log line instead of a warning.
         """
         if logits.dim() != 2:
             raise ValueError(f"logits must have shape (n, num_classes), got {tuple(logits.shape)}")
@@ -137,43 +213,25 @@ class TemperatureScaler(ClassRecalibrator):
             raise ValueError("need at least one validation example")
 
         with torch.inference_mode(False), torch.enable_grad():
-            z = logits.detach().clone().to(torch.float64)
+            z = logits.detach().clone()
             y = labels.detach().clone().to(torch.long)
-            log_t = torch.zeros((), dtype=torch.float64, device=z.device, requires_grad=True)
-            opt = torch.optim.LBFGS(
-                [log_t],
-                lr=1.0,
-                max_iter=self.max_iter,
-                line_search_fn="strong_wolfe",
-                tolerance_grad=1e-10,
-                tolerance_change=1e-12,
-            )
-
-            def closure():
-                opt.zero_grad()
-                loss = F.cross_entropy(z * torch.exp(-log_t), y)
-                loss.backward()
-                return loss
-
-            with torch.no_grad():
-                self.initial_loss_ = float(F.cross_entropy(z, y))
-            opt.step(closure)
-            fitted = float(log_t.detach())
-            with torch.no_grad():
-                self.final_loss_ = float(
-                    F.cross_entropy(z * math.exp(-fitted) if math.isfinite(fitted) else z, y)
-                )
+            if self.optimizer == "lbfgs":
+                fitted, self.iterations_ = _lbfgs_temperature(z, y, self.max_iter)
+            else:
+                fitted, self.iterations_ = _adam_plateau_temperature(z, y)
+            with torch.no_grad():  # losses in the dtype the optimiser worked in
+                zl = z.to(torch.float64) if self.optimizer == "lbfgs" else z
+                self.initial_loss_ = float(F.cross_entropy(zl, y))
+                usable = math.isfinite(fitted) and fitted > 0
+                self.final_loss_ = float(F.cross_entropy(zl / fitted if usable else zl, y))
 
         if not math.isfinite(fitted):
-            warnings.warn(
-                "temperature scaling diverged (non-finite log T); falling back to T = 1", stacklevel=2
-            )
-            fitted = 0.0
-        lo, hi = math.log(self.min_temperature), math.log(self.max_temperature)
-        self.unclipped_temperature_ = math.exp(fitted)
-        if not lo <= fitted <= hi:
+            warnings.warn("temperature scaling diverged (non-finite T); falling back to T = 1", stacklevel=2)
+            fitted = 1.0
+        self.unclipped_temperature_ = fitted
+        if not self.min_temperature <= fitted <= self.max_temperature:
             message = (
-                f"fitted temperature {math.exp(fitted):.3g} clipped to [{self.min_temperature}, "
+                f"fitted temperature {fitted:.3g} clipped to [{self.min_temperature}, "
                 f"{self.max_temperature}] (a separable validation set)"
             )
             if quiet or _last_clip_message == [message]:
@@ -181,13 +239,15 @@ class TemperatureScaler(ClassRecalibrator):
             else:
                 _last_clip_message[:] = [message]
                 warnings.warn(message, TemperatureClippedWarning, stacklevel=2)
-            fitted = min(max(fitted, lo), hi)
-        self._log_t = fitted
+            fitted = min(max(fitted, self.min_temperature), self.max_temperature)
+        self._temperature = fitted
         self.fitted = True
         return self
 
     def fit_from_probs(self, probs: torch.Tensor, labels: torch.Tensor) -> TemperatureScaler:
-        """Official flavour: fit on ``log(probs + 1e-10)`` used as logits (what torchuq received)."""
+        """Fit on ``log(probs + 1e-10)`` used as logits (what torchuq received), in the probabilities' dtype
+        under ``adam_plateau``. A clipped temperature is reported quietly (see
+        :class:`TemperatureClippedWarning`)."""
         return self.fit(_probs_to_logits(probs.detach()), labels, quiet=True)
 
     def scale(self, logits: torch.Tensor) -> torch.Tensor:
@@ -195,11 +255,15 @@ class TemperatureScaler(ClassRecalibrator):
         return logits / self.temperature
 
     def transform_probs(self, probs: torch.Tensor) -> torch.Tensor:
-        """``softmax(log(probs + 1e-10) / T)`` -- the authors' recalibrated output."""
-        return self.transform(_probs_to_logits(probs))
+        """``softmax(log(probs + 1e-10) / T)`` -- the authors' recalibrated output, computed as they do (``T`` a
+        tensor of the probabilities' dtype)."""
+        t = torch.full([1] * probs.dim(), self.temperature, dtype=probs.dtype, device=probs.device)
+        return torch.softmax(_probs_to_logits(probs) / t, dim=-1)
 
     def __repr__(self) -> str:
-        return f"TemperatureScaler(T={self.temperature:.4g}, fitted={self.fitted})"
+        return (
+            f"TemperatureScaler(T={self.temperature:.4g}, optimizer={self.optimizer!r}, fitted={self.fitted})"
+        )
 
 
 class IdentityClassRecalibrator(ClassRecalibrator):
@@ -234,11 +298,19 @@ CLASS_RECALIBRATORS: dict[str, type[ClassRecalibrator]] = {
 }
 
 
-def make_class_recalibrator(name: str) -> ClassRecalibrator:
-    """Build an unfitted classification recalibrator by name: ``temperature`` or ``none``."""
+def make_class_recalibrator(name: str, flavour: str = "exact") -> ClassRecalibrator:
+    """Build an unfitted classification recalibrator by name: ``temperature`` or ``none``.
+
+    ``flavour="official"`` fits the temperature with the authors' optimiser (``optimizer="adam_plateau"``);
+    ``"exact"`` with LBFGS.
+    """
     key = str(name).strip().lower() if name is not None else "none"
     if key not in CLASS_RECALIBRATORS:
         raise ValueError(
             f"unknown class recalibrator {name!r}; valid names: {', '.join(sorted(CLASS_RECALIBRATORS))}"
         )
+    if flavour not in ("exact", "official"):
+        raise ValueError(f"unknown flavour {flavour!r}; valid: exact, official")
+    if key == "temperature" and flavour == "official":
+        return TemperatureScaler(optimizer="adam_plateau")
     return CLASS_RECALIBRATORS[key]()
