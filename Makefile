@@ -34,25 +34,25 @@ test: install
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check src tests scripts
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
 
 data: install
-	$(PY) -m kcal.data
+	$(VENV)/bin/kcal data
 
 reproduce-regression: install
-	$(PY) -m kcal.reproduce task=regression profile=$(PROFILE) $(JOBS_ARG) $(ARGS)
+	$(VENV)/bin/kcal reproduce task=regression profile=$(PROFILE) $(JOBS_ARG) $(ARGS)
 
 reproduce-classification: install
-	$(PY) -m kcal.reproduce task=classification profile=$(PROFILE) $(JOBS_ARG) $(ARGS)
+	$(VENV)/bin/kcal reproduce task=classification profile=$(PROFILE) $(JOBS_ARG) $(ARGS)
 
 bench: install
-	$(PY) -m kcal.bench $(ARGS)
+	$(VENV)/bin/kcal bench $(ARGS)
 
 # Redraw every figure from existing results (no training): reproduction figures, per-run figures,
-# and the local-calibration maps when their runs exist (train them with `python -m kcal.figures local --train`).
+# and the local-calibration maps when their runs exist (train them with `kcal figures local --train`).
 figures: install
-	$(PY) -m kcal.figures all outputs/reproduce/$(PROFILE) $(ARGS)
+	$(VENV)/bin/kcal figures all outputs/reproduce/$(PROFILE) $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -35,7 +35,7 @@ def _isolated_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def train_cli_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    """``python -m kcal.train profile=smoke dataset=crime objective=nll ...`` run once, in a directory of its
+    """``kcal train profile=smoke dataset=crime objective=nll ...`` run once, in a directory of its
     own: (the finished process, its hydra.run.dir)."""
     from .data.conftest import mirror_has  # after the mirror's path is made absolute above
 
@@ -43,7 +43,7 @@ def train_cli_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
         pytest.skip("crime not available offline (set KCAL_DATA_DIR to the shared mirror)")
     cwd = tmp_path_factory.mktemp("train-cli")
     run_dir = cwd / "one"
-    done = subprocess.run([sys.executable, "-m", "kcal.train", *SMOKE, "dataset=crime", "objective=nll",
+    done = subprocess.run([sys.executable, "-m", "kcal.run.train", *SMOKE, "dataset=crime", "objective=nll",
                            "trainer.progress_bar=false", "save_checkpoint=true", f"hydra.run.dir={run_dir}"],
                           cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -58,7 +58,7 @@ def regression_smoke_root(tmp_path_factory) -> Path:
 
     if not mirror_has("crime"):
         pytest.skip("crime not available offline (set KCAL_DATA_DIR to the shared mirror)")
-    from kcal.reproduce import reproduce
+    from kcal.orchestrate.reproduce import reproduce
 
     root = tmp_path_factory.mktemp("smoke-regression") / "root"
     common = [*SMOKE_REPRODUCTION, f"root={root}"]

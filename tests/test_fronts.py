@@ -9,7 +9,6 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from kcal import selection
 from kcal.fronts import (
     CALIBRATION_TOL,
     bootstrap_compare,
@@ -20,6 +19,7 @@ from kcal.fronts import (
     pareto_front,
     study_points,
 )
+from kcal.sweep import selection
 
 
 def dominates(p, q) -> bool:
@@ -311,7 +311,7 @@ def test_study_points():
     assert points.tolist() == [[0.5, 0.2], [0.4, 0.3], [0.6, 0.1], [0.7, 0.4], [0.4, 0.3], [0.3, 0.9]]
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     numbers = [t.number for t in complete]
-    # the same front as Optuna's, and the "nll" rule picks kcal.selection's trial
+    # the same front as Optuna's, and the "nll" rule picks kcal.sweep.selection's trial
     assert sorted(numbers[i] for i in pareto_front(points)) == sorted(t.number for t in study.best_trials)
     assert numbers[choose(points, "nll")] == selection.selected(study).number
 

@@ -46,6 +46,12 @@ def installed(tmp_path_factory) -> tuple[Path, dict]:
     return python, env | {"KCAL_OFFLINE": "1"}
 
 
+def kcal_script(python: Path) -> Path:
+    """The wheel's ``kcal`` console script as pip installed it (``--target``: under the site folder's bin/)."""
+    site = Path(_sh(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    return site / "bin" / "kcal"
+
+
 def test_the_wheel_ships_the_configs(installed):
     python, env = installed
     out = _sh(python, "-c", "import kcal, kcal.configs as c; print(kcal.__file__); print(c.CONFIG_DIR)",
@@ -62,14 +68,17 @@ def test_the_wheel_ships_the_configs(installed):
 @pytest.mark.slow
 @needs("crime")
 def test_an_installed_kcal_trains_from_another_directory(installed, tmp_path):
-    """From a directory of the user's, with an objective of the user's composed from a config directory of
-    their own (Hydra's --config-dir) beside the ones the wheel ships."""
+    """``kcal train`` (the wheel's console script, run by the venv's python) from a directory of the user's,
+    with an objective of the user's composed from a config directory of their own (Hydra's --config-dir)
+    beside the ones the wheel ships."""
     python, env = installed
     mine = tmp_path / "my_configs" / "objective"
     mine.mkdir(parents=True)
     text = (ROOT / "configs" / "objective" / "nll.yaml").read_text()
     (mine / "my_nll.yaml").write_text(text.replace("name: nll", "name: my_nll"))
-    done = _sh(python, "-m", "kcal.train", "--config-dir", tmp_path / "my_configs", "objective=my_nll", "dataset=crime",
+    script = kcal_script(python)
+    assert "from kcal.cli import main" in script.read_text()
+    done = _sh(python, script, "train", "--config-dir", tmp_path / "my_configs", "objective=my_nll", "dataset=crime",
                "profile=smoke", "hydra.run.dir=run", env=env | {"KCAL_CACHE_DIR": str(tmp_path / "cache")},
                cwd=tmp_path)  # fmt: skip
     assert "status=ok" in done.stdout

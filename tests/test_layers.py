@@ -8,24 +8,24 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: bottom to top; a module belongs to the layer of its longest listed prefix
-LAYERS = {
-    "foundation": ["kcal", "kcal.errors", "kcal.layout", "kcal.inputs", "kcal.random_streams", "kcal.formula",
-                   "kcal.progress", "kcal.storage_url", "kcal.configs", "kcal.resources"],
-    "library": ["kcal.kernels", "kcal.mmd", "kcal.mmd_fused", "kcal.mmd_steps", "kcal.baselines", "kcal.calibration_forms",
-                "kcal.metrics", "kcal.losses", "kcal.recalibration", "kcal.data", "kcal.models", "kcal.objectives",
-                "kcal.evaluation", "kcal.diagnostics", "kcal.fronts", "kcal.plotting", "kcal.paper"],
-    "run": ["kcal.run", "kcal.train"],
-    "sweep": ["kcal.search_space", "kcal.selection", "kcal.fingerprint", "kcal.studies", "kcal.sweep"],
-    "reruns": ["kcal.seeds", "kcal.ablation", "kcal.local_calibration"],
-    "publishing": ["kcal.tables", "kcal.table_cells", "kcal.claims", "kcal.report", "kcal.pareto_report", "kcal.budget", "kcal.trials",
-                   "kcal.protocol_spread", "kcal.selection_bootstrap",
-                   "kcal.figures", "kcal.state"],
-    "orchestration": ["kcal.workers", "kcal.reproduce"],
-    "benchmark": ["kcal.bench", "kcal.bench_setup", "kcal.protocol_estimate", "kcal.bare_loop", "kcal.sweep_throughput",
-                  "kcal.stack_bound"],
-}  # fmt: skip
-ORDER = list(LAYERS)
+#: the stages, bottom to top, and the folders of src/kcal that hold them. A module's stage is its folder's; a
+#: module at the package's top (or in one of LIBRARY_FOLDERS) is the library practitioners import, and the
+#: ``kcal`` command (``kcal.cli``, ``kcal.__main__``) sits above every stage.
+STAGES = {
+    "foundation": ["core", "configs", "resources"],
+    "library": [],  # the package's top-level modules and LIBRARY_FOLDERS
+    "run": ["run"],
+    "sweep": ["sweep"],
+    "reruns": ["reruns"],
+    "publishing": ["publish"],
+    "orchestration": ["orchestrate"],
+    "benchmark": ["bench"],
+    "command": [],
+}
+LIBRARY_FOLDERS = ("metrics", "recalibration", "data", "models")
+COMMAND_MODULES = ("kcal.cli", "kcal.__main__")
+ORDER = list(STAGES)
+FOLDER_STAGE = {folder: stage for stage, folders in STAGES.items() for folder in folders}
 
 
 def module_names() -> dict[str, Path]:
@@ -43,14 +43,23 @@ MODULES = module_names()
 
 
 def layer_of(module: str) -> str | None:
-    best = None
-    for layer, prefixes in LAYERS.items():
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (
-                best is None or len(prefix) > len(best[1])
-            ):
-                best = (layer, prefix)
-    return best[0] if best else None
+    """The stage of ``module``, read from the folder it lives in (None: a folder no stage claims)."""
+    if module in COMMAND_MODULES:
+        return "command"
+    parts = module.split(".")
+    if module == "kcal":
+        return "foundation"
+    if len(parts) == 2 and not MODULES[module].name == "__init__.py":
+        return "library"  # kcal.<module>: a top-level module
+    folder = parts[1]
+    if folder in LIBRARY_FOLDERS:
+        return "library"
+    return FOLDER_STAGE.get(folder)
+
+
+def test_every_folder_of_the_package_is_a_stage():
+    folders = {p.name for p in (SRC / "kcal").iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
+    assert folders - set(FOLDER_STAGE) - set(LIBRARY_FOLDERS) == set()
 
 
 def imports_of(module: str) -> set[str]:
@@ -133,8 +142,8 @@ def test_the_cycle_finder_finds_loops(graph, expected):
 
 
 def test_imports_inside_functions_count():
-    assert "kcal.search_space" in GRAPH["kcal.fingerprint"]
-    assert "kcal.studies" in GRAPH["kcal.seeds"]  # imported inside best_config
+    assert "kcal.sweep.search_space" in GRAPH["kcal.sweep.fingerprint"]
+    assert "kcal.sweep.studies" in GRAPH["kcal.reruns.seeds"]  # imported inside best_config
 
 
 def test_no_module_is_longer_than_650_lines():

@@ -21,3 +21,71 @@ def test_regulariser_snippet_runs_and_trains():
 def test_readme_gives_the_two_setup_commands():
     text = README.read_text()
     assert "make reproduce-regression PROFILE=quick" in text and "make test" in text
+
+
+# ---- the kcal command as the README shows it ---------------------------------------------------------------
+HYDRA_COMMANDS = {
+    "train": "train",
+    "sweep": "sweep",
+    "seeds": "seeds",
+    "reproduce": "reproduce",
+    "ablation": "ablation",
+}
+
+
+def readme_commands() -> tuple[list[str], list[str]]:
+    """(the ``kcal ...`` lines of the README's code blocks, the inline ```kcal ...``` commands of its prose)."""
+    text = README.read_text()
+    blocks = [line.split("  #")[0].strip() for block in re.findall(r"```(?:bash)?\n(.*?)```", text, re.S)
+              for line in block.splitlines()]  # fmt: skip
+    return [b for b in blocks if b == "kcal" or b.startswith("kcal ")], re.findall(r"`(kcal [^`]*)`", text)
+
+
+def test_every_kcal_command_of_the_readme_exists_and_its_overrides_compose():
+    import shlex
+
+    from hydra import compose, initialize_config_dir
+
+    from kcal.cli import COMMANDS
+    from kcal.configs import CONFIG_DIR
+
+    shown, inline = readme_commands()
+    assert len(shown) >= 5 and len(inline) >= 10
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        for line in shown + inline:
+            words = shlex.split(line)[1:]
+            assert words and words[0] in COMMANDS or words[0] == "--help", line
+            overrides = [w for w in words[1:] if "=" in w and not w.startswith("-")]
+            if words[0] in HYDRA_COMMANDS and overrides and not any(c in line for c in "<…N"):
+                grid = [o.split(",")[0] if "[" not in o else o for o in overrides]  # -m: its first point
+                compose(HYDRA_COMMANDS[words[0]], overrides=grid)
+
+
+def test_every_python_module_the_readme_names_exists():
+    import importlib.util
+
+    modules = set(re.findall(r"python -m ([\w.]+)", README.read_text()))
+    assert modules and [m for m in sorted(modules) if importlib.util.find_spec(m) is None] == []
+
+
+def test_the_readme_kcal_block_runs_as_printed(tmp_path):
+    """``kcal --help``, ``kcal reproduce --help`` and the smoke reproduction of the README's block, as printed
+    (``python -m kcal`` for the console script), in a fresh directory."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    shown, _ = readme_commands()
+    block = [c for c in shown if c in ("kcal --help", "kcal reproduce --help") or "profile=smoke" in c]
+    assert len(block) == 3, block
+    for line in block:
+        done = subprocess.run([sys.executable, "-m", *shlex.split(line)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        assert done.returncode == 0, (line, done.stderr[-3000:])
+        if line == "kcal --help":
+            assert "reproduce" in done.stdout and "train" in done.stdout
+        elif "profile=smoke" in line:
+            assert (tmp_path / "outputs" / "reproduce" / "try" / "results.csv").is_file()
+            progress = [ln for ln in done.stderr.splitlines() if "| protocol " in ln]
+            assert progress[-1].endswith("protocol 100%") and not [p for p in progress[:-1] if "100%" in p]

@@ -25,12 +25,12 @@ from __future__ import annotations
 import torch
 from torch.distributions import Normal
 
+from kcal.core.random_streams import eval_seed
 from kcal.data.dataset import DatasetSplits
 from kcal.kernels import median_heuristic
 from kcal.metrics import classification as cm
 from kcal.metrics import official as om
 from kcal.metrics import regression as rm
-from kcal.random_streams import eval_seed
 from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator, resolve_recalibrator
 
 OFFICIAL_REGRESSION_BATCH = 128
@@ -227,7 +227,7 @@ def official_from_predictions(preds: dict, recalibrator: str = "auto", *, seed: 
     :func:`kcal.plotting.load_predictions` reads it), e.g. after a change to the official flavour.
 
     ``recalibrator``: the run's (``config.yaml``: ``recalibrator.name``). Regression: ``seed`` is the run's
-    seed (its DCE uniforms come from :func:`kcal.random_streams.eval_seed`; without it no DCE), ``threshold``
+    seed (its DCE uniforms come from :func:`kcal.core.random_streams.eval_seed`; without it no DCE), ``threshold``
     the decision threshold in the predictions' units (0 under the official protocol). Classification:
     ``objective`` picks the authors' KCE kernel, ``x_test`` the test features (without them no KCE).
 

@@ -207,7 +207,7 @@ def choose(points, rule: str, best_plain: float | None = None, tol: float = CALI
     r"""The row of ``points`` that ``rule`` picks (``None`` where no finite row qualifies).
 
     * ``"nll"``: the row of lowest first coordinate (validation NLL); ties: lower second coordinate,
-      then lower index. This is the trial :func:`kcal.selection.selected` picks.
+      then lower index. This is the trial :func:`kcal.sweep.selection.selected` picks.
     * ``"calibration"``: among the rows with ``x <= best_plain + tol``, where ``best_plain`` is the
       plain objective's best validation NLL, the row of lowest second coordinate (QCE or ECE); ties:
       lower first coordinate, then lower index. Rows with an NLL below ``best_plain`` qualify: they

@@ -5,8 +5,8 @@
   dataset registry, :mod:`kcal.data.registry`, which marks them ``in_paper``);
 * :data:`PAPER_OBJECTIVES`: the objectives the paper compares per task (configs in
   ``configs/objective/``), in table order;
-* :data:`RESULT_COLUMNS`: the columns of the tidy per-metric results that :mod:`kcal.seeds` writes and
-  :mod:`kcal.tables` reads.
+* :data:`RESULT_COLUMNS`: the columns of the tidy per-metric results that :mod:`kcal.reruns.seeds` writes and
+  :mod:`kcal.publish.tables` reads.
 """
 
 from __future__ import annotations

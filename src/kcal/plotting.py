@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kcal import layout
+from kcal.core import layout
 
 FORMATS = ("png", "pdf")
 DPI = 100
@@ -70,7 +70,7 @@ def save_figure(fig, stem: Path) -> list[Path]:
 def load_config(run_dir: Path) -> DictConfig:
     path = Path(run_dir) / layout.CONFIG_FILE
     if not path.is_file():
-        raise MissingInputError(f"{path} is missing; it is written by `python -m kcal.train` (kcal.run.run)")
+        raise MissingInputError(f"{path} is missing; it is written by `kcal train` (kcal.run.run)")
     return OmegaConf.load(path)
 
 
@@ -78,7 +78,7 @@ def load_predictions(run_dir: Path) -> dict[str, np.ndarray]:
     path = Path(run_dir) / layout.PREDICTIONS_FILE
     if not path.is_file():
         raise MissingInputError(
-            f"{path} is missing; it is written by `python -m kcal.train` for runs that finished with "
+            f"{path} is missing; it is written by `kcal train` for runs that finished with "
             "status ok (a diverged run has no predictions)"
         )
     with np.load(path) as npz:

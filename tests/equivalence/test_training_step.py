@@ -73,7 +73,7 @@ def _composed(objective: str, task: str) -> DictConfig:
 
 
 def compose(objective: str, task: str, *overrides: str) -> DictConfig:
-    """``python -m kcal.train dataset=<crime|breast-cancer> objective=<objective> dataset.protocol=official``'s
+    """``kcal train dataset=<crime|breast-cancer> objective=<objective> dataset.protocol=official``'s
     config, then ``overrides`` (``key=value``, values parsed as YAML as Hydra does) set on a copy: the
     composition is made once per objective, and a value set afterwards still reaches every interpolation
     that reads it (e.g. ``dataset.protocol`` -> ``objective.params.scaling``)."""

@@ -1,4 +1,4 @@
-"""``python -m kcal.data``: list every dataset with its shapes and where its files were found.
+"""``kcal data``: list every dataset with its shapes and where its files were found.
 
 ``--check`` exits 1 when any dataset is unavailable; ``--download`` fetches missing files first.
 """
@@ -41,7 +41,7 @@ def format_table(table: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kcal.data", description=__doc__)
+    ap = argparse.ArgumentParser(prog="kcal data", description=__doc__)
     ap.add_argument("--check", action="store_true", help="exit 1 if any dataset is unavailable")
     ap.add_argument("--download", action="store_true", help="download missing files into the cache")
     args = ap.parse_args(argv)

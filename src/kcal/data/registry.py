@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from kcal.errors import ConfigError
+from kcal.core.errors import ConfigError
 
 PAPER_REGRESSION = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
 PAPER_CLASSIFICATION = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")

@@ -23,8 +23,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kcal.core.errors import DataError
 from kcal.data.registry import DatasetSpec, FileSpec, RawFile
-from kcal.errors import DataError
 
 DATA_DIR_ENV = "KCAL_DATA_DIR"
 CACHE_DIR_ENV = "KCAL_CACHE_DIR"

@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from kcal import layout, random_streams
+from kcal.core import layout, random_streams
 from kcal.data.dataset import DatasetSplits
 from kcal.evaluation import (
     classification_predictions,

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from kcal import random_streams
+from kcal.core import random_streams
 from kcal.objectives import Objective
 from kcal.run import setup
 from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests

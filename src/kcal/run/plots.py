@@ -1,5 +1,5 @@
 """A run's own figures, from its ``config.yaml`` + ``predictions.npz`` (:func:`kcal.run.artifacts.finalize`
-draws them when ``figures: true``; ``python -m kcal.figures run`` redraws them).
+draws them when ``figures: true``; ``kcal figures run`` redraws them).
 
 * regression -> ``figures/calibration.{png,pdf}``: the PIT histogram and the quantile calibration curve
   (expected quantile level p vs the observed fraction of test labels below the forecast's p-quantile,
@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig
 from torch.distributions import Normal
 
-from kcal import layout
+from kcal.core import layout
 from kcal.metrics import classification as cm
 from kcal.metrics import regression as rm
 from kcal.plotting import (

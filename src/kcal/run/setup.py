@@ -1,6 +1,6 @@
 """Everything a run decides before any weight exists: config checks and every parameter resolution.
 
-:func:`prepare` loads the data, rejects invalid values with a one-line :class:`~kcal.errors.ConfigError`
+:func:`prepare` loads the data, rejects invalid values with a one-line :class:`~kcal.core.errors.ConfigError`
 naming the key, and resolves the config's symbolic values in one place:
 
 * ``decision_threshold: median`` -> the training target's median (0 under the official protocol);
@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from kcal import random_streams
 from kcal.configs import CONFIG_DIR
+from kcal.core import random_streams
+from kcal.core.errors import ConfigError
 from kcal.data import load
 from kcal.data.dataset import DatasetSplits, Split
 from kcal.data.preprocessing import protocol_of
-from kcal.errors import ConfigError
 from kcal.evaluation import MAX_KCE_BANDWIDTH_ROWS
 from kcal.inputs import check_bandwidths, check_weight
 from kcal.kernels import median_heuristic
@@ -214,7 +214,7 @@ def model_factory(prep: Prepared):
 
 
 def build(prep: Prepared, seed: int) -> torch.nn.Module:
-    """The network with seed ``seed``'s initial weights (see :mod:`kcal.random_streams`)."""
+    """The network with seed ``seed``'s initial weights (see :mod:`kcal.core.random_streams`)."""
     return random_streams.init_with_seed(seed, model_factory(prep))
 
 

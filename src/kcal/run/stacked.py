@@ -10,7 +10,7 @@ runs every layer once for all members (``baddbmm``/``bmm`` for linear layers; Ba
 one every run uses (:mod:`kcal.run.engine`, driven by Lightning in :mod:`kcal.run.module`); this
 module splits the seeds into chunks and writes each member's files.
 
-**Equivalence.** Member k reproduces ``kcal.run.run`` with ``seed=k`` (see :mod:`kcal.random_streams`): its
+**Equivalence.** Member k reproduces ``kcal.run.run`` with ``seed=k`` (see :mod:`kcal.core.random_streams`): its
 initial weights come from ``kcal.run.setup.build(prep, k)``; its batch order from its own generator seeded
 ``shuffle_seed(k)`` (one ``randperm`` per epoch, as :class:`kcal.data.batches.TensorBatches`); its MMD
 forecast draws from its own generator seeded ``noise_seed(k)`` with exactly the call that

@@ -1,0 +1,167 @@
+"""The paper's experiments end to end: ``kcal reproduce task=regression profile=quick``.
+
+For every dataset of the task (skipping those whose files are not available, see :func:`check_complete`
+for when that is an error: exit status 2 after the others have run) and every
+objective: a TPE sweep (:mod:`kcal.sweep.search`), then the best configuration over seeds
+(:mod:`kcal.reruns.seeds`); for regression also NLL+MMD with other numbers of forecast samples (Table 6).
+With ``reproduce.jobs`` > 1 (default: the CPU count) all of it runs on one pool of worker processes
+(:mod:`kcal.orchestrate.workers`); ``reproduce.jobs=1`` runs the stages one after the other in this process.
+Then all ``summary.csv`` files are collected into ``<root>/results.csv`` and the tables are written
+to ``<root>/tables/`` (:mod:`kcal.publish.tables`). Each stage resumes, so an interrupted command continues.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from kcal.configs import CONFIG_PATH
+from kcal.core import layout
+from kcal.core.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
+from kcal.core.progress import Progress
+from kcal.core.storage_url import keeps_password_off_disk
+from kcal.data import get_spec
+from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
+from kcal.orchestrate.workers import Stage, run_pool
+from kcal.paper import PAPER_DATASETS as DATASETS
+from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
+from kcal.reruns.seeds import chunk_units, chunks, collect, run_seeds, seed_dirs
+from kcal.sweep.search import sweep
+from kcal.sweep.studies import counted, open_study
+
+OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
+
+
+def available(name: str) -> DataError | None:
+    """None when the dataset's files can be had; otherwise why not (missing, or failing its checksum)."""
+    try:
+        locate(get_spec(name), download=not offline())
+        return None
+    except (DatasetUnavailableError, ChecksumError) as exc:
+        return exc
+
+
+def check_complete(cfg: DictConfig, not_run: dict[str, DataError], n_rows: int) -> None:
+    """Raise when the reproduction did not run what it was asked for: a file failing its checksum (always),
+    a dataset named in ``reproduce.datasets`` that is not available, or no result row at all. Of the
+    default datasets (``reproduce.datasets=null``), those not available are only noted."""
+    corrupt = [f"{ds}: {exc}" for ds, exc in not_run.items() if isinstance(exc, ChecksumError)]
+    missing = [ds for ds, exc in not_run.items() if isinstance(exc, DatasetUnavailableError)]
+    if missing and (cfg.reproduce.datasets or n_rows == 0):
+        corrupt.append(f"not available: {', '.join(missing)}; {unavailable_hint('<dataset>')}")
+    if corrupt:
+        raise DataError(f"reproduction incomplete ({n_rows} result rows): " + " | ".join(corrupt))
+    if n_rows == 0:
+        raise IncompleteError(f"no result rows in {layout.results_file(cfg.root)}: no seed run finished "
+                              f"with status ok; see the seeds' metrics.json under {cfg.root}")  # fmt: skip
+
+
+def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
+    """(dataset, label, extra overrides) for every seed rerun; sweeps are implied by the label."""
+    task = cfg.task
+    if task not in OBJECTIVES:
+        raise ConfigError(f"task={task} is not one of: {', '.join(OBJECTIVES)}")
+    datasets = list(cfg.reproduce.datasets or DATASETS[task])
+    objectives = list(cfg.reproduce.objectives or OBJECTIVES[task])
+    out = []
+    for ds in datasets:
+        out += [(ds, obj, [f"objective={obj}"]) for obj in objectives]
+        if task == "regression" and ds in cfg.reproduce.sample_size_datasets and "nll_mmd" in objectives:
+            for s in cfg.reproduce.sample_sizes:
+                label = layout.variant_label("nll_mmd", "samples", s)
+                out.append((ds, label, ["objective=nll_mmd", f"objective.params.num_samples={s}",
+                                        f"seeds_run.label='{label}'", "seeds_run.best_from=nll_mmd"]))  # fmt: skip
+    return out
+
+
+def protocol_progress(runnable: list[Stage], jobs: int = 1) -> Progress:
+    """The protocol's work, every study's trials and every chunk of seeds, each weighted by its
+    estimated cost (:func:`kcal.orchestrate.workers.work_cost`), so the ETA does not count a blog trial as a crime one.
+
+    The seeds still to train are planned in the chunks that will train them (``jobs`` workers split a rerun
+    into at least ``jobs`` chunks, :func:`kcal.reruns.seeds.chunks`), so the units advanced as chunks finish
+    add up to the plan: the progress reaches its end with the protocol's last stage, not before."""
+    total = done = 0.0
+    parts = jobs if jobs > 1 else 1
+    for st in runnable:
+        cost = st.cost
+        if st.sweeps:
+            n = int(st.cfg.sweep.n_trials)
+            total += n * cost
+            try:
+                done += min(n, counted(open_study(st.cfg, create=False))[0]) * cost
+            except KeyError:  # no study yet
+                pass
+        dirs = seed_dirs(st.cfg)
+        pending = [k for k, d in dirs.items() if not layout.is_finished(d)]
+        finished = len(dirs) - len(pending)
+        left = sum(chunk_units(len(c)) for c in chunks(st.cfg, pending, parts=parts)) * cost
+        gone = chunk_units(finished) * cost if finished else 0.0
+        total += left + gone
+        done += gone
+    return Progress(total, "protocol", done=done)
+
+
+def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
+    root = Path(cfg.root)
+    plan = stages(cfg)
+    skipped = {}
+    t0 = time.perf_counter()
+    runnable = []
+    for ds, label, extra in plan:
+        if ds not in skipped:
+            reason = available(ds)
+            if reason:
+                skipped[ds] = reason
+                print(f"[not run] {ds}: {getattr(reason, 'reason', reason)}", file=sys.stderr)
+        if ds not in skipped:
+            pair = hydra.compose("seeds", overrides=[*user_overrides, f"dataset={ds}", *extra])
+            runnable.append(Stage(ds, label, pair, sweeps=not layout.is_variant(label)))
+    jobs = int(cfg.reproduce.jobs or os.cpu_count() or 1)
+    progress = protocol_progress(runnable, jobs)
+    print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es); {progress.status()}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    if jobs == 1:  # one process: the stages in order, each sweep then its seeds
+        for i, st in enumerate(runnable, 1):
+            print(f"[{i}/{len(runnable)}] {st.dataset} / {st.label}  ({time.perf_counter() - t0:.0f} s so far)",
+                  file=sys.stderr)  # fmt: skip
+            progress.unit = st.cost  # sweep and run_seeds count trials and seeds; progress weighs them
+            if st.sweeps:
+                sweep(st.cfg, progress)
+            run_seeds(st.cfg, progress)
+    else:
+        run_pool(runnable, jobs, progress)
+    results = collect(root)
+    results_csv = layout.results_file(root)
+    root.mkdir(parents=True, exist_ok=True)
+    results.to_csv(results_csv, index=False)
+    progress.finish(f"results: {results_csv} ({len(results)} rows) after {time.perf_counter() - t0:.0f} s")
+    if skipped:
+        print(
+            "not run (files not available or failing their checksum): " + ", ".join(skipped), file=sys.stderr
+        )
+    if cfg.reproduce.tables and len(results):
+        from kcal.publish.tables import write_tables
+
+        written = write_tables(results_csv, layout.tables_dir(root), profile=cfg.profile_name)
+        print("tables:", *(f"  {k}: {v}" for k, v in written.items()), sep="\n")
+    check_complete(cfg, skipped, len(results))
+    return results_csv
+
+
+@keeps_password_off_disk
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="reproduce")
+@exits_on_config_error
+def main(cfg: DictConfig) -> None:
+    user = [o for o in HydraConfig.get().overrides.task if not o.startswith(OWN_KEYS)]
+    reproduce(cfg, user)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""A reproduction root's portable state: what a run continues from on another machine, as small text
+files that can be committed to git.
+
+    kcal state export <root> <state_dir> [--datasets crime blog] [--history]
+    kcal state import <state_dir> <root>
+
+The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<dataset>/``:
+
+* ``journal.log``: the dataset's sweep studies (every study named ``<dataset>__...``, as kcal names
+  them), copied with :func:`optuna.copy_study` from the root's ``sweeps.db`` into Optuna's
+  ``JournalStorage`` with a ``JournalFileBackend`` (JSON lines). The copy keeps every trial as it is
+  (complete, failed, running, waiting; numbers, parameters, values, attributes) and the study's user
+  attributes, among them its configuration fingerprint (:mod:`kcal.sweep.fingerprint`);
+* ``<objective>/sweep/best.json``;
+* ``<label>/fingerprint.json`` and ``best_trial.json`` of every seed rerun (its ``summary.csv`` is
+  derived from the seeds, and a resumed run rebuilds it), and of
+  each finished seed (one with a ``metrics.json``) ``seeds/seed<k>/metrics.json``, ``run.json`` and
+  ``config.yaml``; with ``--history`` also its ``history.csv`` (the per-epoch curves of the
+  reproduction's figures, the largest of these files);
+* of each finished trial ``<objective>/sweep/trials/trial_<n>/metrics.json`` (its test metrics, which
+  the study does not hold: what ``src/kcal/publish/trial_range.py`` reads to place the paper's value among a
+  study's trials; a resumed run does not need them). Checkpoints, predictions, figures, the rest of the
+  trial folders and logs stay behind.
+
+``<state_dir>/kcal-state.json`` marks the folder as such a state. An export replaces the state of the
+datasets it exports and keeps the others.
+
+Import lays a state into a root that holds none of its datasets (a new one, typically): the studies
+are copied with :func:`optuna.copy_study` into ``<root>/sweeps.db``, opened as :mod:`kcal.sweep.studies` opens
+it, and the files next to it. A trial that was running when the state was exported is failed and its
+parameters are queued again, as for a worker whose heartbeat stopped (:mod:`kcal.sweep.search`). The same
+``kcal.orchestrate.reproduce`` (or ``kcal.sweep.search`` / ``kcal.reruns.seeds``) command with ``root=<root>`` then resumes:
+finished trials and seeds are kept, and a run with another configuration is refused as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import optuna
+from omegaconf import OmegaConf
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState
+
+import kcal
+from kcal.configs import CONFIG_DIR
+from kcal.core import layout
+from kcal.core.errors import ConfigError, exits_on_user_error
+from kcal.data import dataset_names
+
+MARKER = "kcal-state.json"
+JOURNAL = "journal.log"
+RERUN_FILES = (
+    layout.FINGERPRINT_FILE,
+    layout.BEST_TRIAL_FILE,
+)  # per <dataset>/<label>/; summary.csv is rebuilt
+SEED_FILES = (layout.METRICS_FILE, layout.RUN_INFO_FILE, layout.CONFIG_FILE)  # per finished seed
+HISTORY = layout.HISTORY_FILE  # per finished seed, with --history
+SWEEP_FILES = (
+    f"{layout.sweep_folder('paper')}/{layout.BEST_FILE}",
+    f"{layout.sweep_folder('pareto')}/{layout.BEST_FILE}",
+    f"{layout.sweep_folder('pareto')}/{layout.FRONT_FILE}",
+)  # per <dataset>/<objective>/
+
+
+def root_storage(root: Path) -> optuna.storages.RDBStorage:
+    """``<root>/sweeps.db``, opened as a sweep opens it (:func:`kcal.sweep.studies.open_storage`, ``sweep.yaml``'s
+    settings)."""
+    from kcal.sweep.studies import open_storage
+
+    sweep = OmegaConf.load(Path(CONFIG_DIR) / "sweep.yaml").sweep
+    sweep.storage = None
+    return open_storage(OmegaConf.create({"root": str(root), "sweep": sweep}))
+
+
+def journal(path: Path) -> JournalStorage:
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def studies_of(storage, dataset: str) -> list[str]:
+    return sorted(n for n in optuna.get_all_study_names(storage) if layout.dataset_of_study(n) == dataset)
+
+
+def trial_counts(storage, names: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False):
+            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    return counts
+
+
+def state_files(dataset_dir: Path, history: bool) -> list[Path]:
+    """The portable files under ``<root>/<dataset>/``, relative to it."""
+    out = [p for name in SWEEP_FILES for p in dataset_dir.glob(f"*/{name}")]
+    out += [p for name in RERUN_FILES for p in dataset_dir.glob(f"*/{name}")]
+    out += list(dataset_dir.glob(f"*/{layout.FINISHED_TRIAL_GLOB}"))
+    for metrics in dataset_dir.glob(f"*/{layout.FINISHED_SEED_GLOB}"):
+        names = (*SEED_FILES, HISTORY) if history else SEED_FILES
+        out += [metrics.parent / n for n in names if (metrics.parent / n).is_file()]
+    return sorted(p.relative_to(dataset_dir) for p in out)
+
+
+def is_seed_metrics(rel: Path) -> bool:
+    """Whether ``rel`` (under a dataset's folder) is a finished seed's ``metrics.json``."""
+    return rel.match(f"*/{layout.FINISHED_SEED_GLOB}")
+
+
+def describe(studies: list[str], counts: dict[str, int], n_seeds: int) -> str:
+    trials = sum(counts.values())
+    states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return (f"{len(studies)} {'study' if len(studies) == 1 else 'studies'} ({trials} trials{': ' + states if states else ''}), "
+            f"{n_seeds} finished seeds")  # fmt: skip
+
+
+def read_marker(state_dir: Path) -> dict:
+    path = state_dir / MARKER
+    if not path.is_file():
+        raise ConfigError(f"{state_dir} is not a kcal state (no {MARKER}); make one with "
+                          "`kcal state export <root> <state_dir>`")  # fmt: skip
+    return json.loads(path.read_text())
+
+
+def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None, history: bool = False) -> list[str]:  # fmt: skip
+    """Write the portable state of ``root`` (its datasets, or ``datasets``) to ``state_dir``; return one
+    line per dataset."""
+    root, state_dir = Path(root), Path(state_dir)
+    if not root.is_dir():
+        raise ConfigError(f"no reproduction root at {root}")
+    storage = root_storage(root) if layout.storage_file(root).is_file() else None
+    in_storage = (
+        {layout.dataset_of_study(n) for n in optuna.get_all_study_names(storage)} if storage else set()
+    )
+    known = set(dataset_names())
+    found = sorted(known & (in_storage | {d.name for d in root.iterdir() if d.is_dir()}))
+    if datasets:
+        unknown = sorted(set(datasets) - set(found))
+        if unknown:
+            raise ConfigError(
+                f"{root} holds no state of {', '.join(unknown)}; it holds: {', '.join(found) or 'none'}"
+            )
+        found = sorted(set(datasets))
+    if not found:
+        raise ConfigError(f"{root} holds no sweep study and no seed rerun of any dataset")
+    if state_dir.exists() and any(state_dir.iterdir()) and not (state_dir / MARKER).is_file():
+        raise ConfigError(f"{state_dir} is not empty and not a kcal state (no {MARKER}); choose a new folder")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for ds in found:
+        staging = Path(tempfile.mkdtemp(prefix=f".{ds}.", dir=state_dir))
+        try:
+            names = studies_of(storage, ds) if storage else []
+            if names:
+                target = journal(staging / JOURNAL)
+                for name in names:
+                    optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=target)
+            files = state_files(root / ds, history) if (root / ds).is_dir() else []
+            for rel in files:
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / ds / rel, staging / rel)
+            for lock in staging.glob(f"{JOURNAL}.lock*"):
+                lock.unlink()
+            shutil.rmtree(state_dir / ds, ignore_errors=True)
+            staging.rename(state_dir / ds)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        counts = trial_counts(storage, names) if names else {}
+        size = sum(p.stat().st_size for p in (state_dir / ds).rglob("*") if p.is_file())
+        n_seeds = sum(is_seed_metrics(rel) for rel in files)
+        note = (f"; {counts['running']} running trial(s) will be queued again by the import"
+                if counts.get("running") else "")  # fmt: skip
+        lines.append(
+            f"{ds}: {describe(names, counts, n_seeds)} -> {state_dir / ds} ({size / 1024:.0f} KB){note}"
+        )
+    marker = json.loads((state_dir / MARKER).read_text()) if (state_dir / MARKER).is_file() else {}
+    kept = set(marker.get("datasets", ())) | set(found)
+    (state_dir / MARKER).write_text(json.dumps({"format": 1, "kcal": kcal.__version__,
+                                                "datasets": sorted(d for d in kept if (state_dir / d).is_dir())},
+                                               indent=1) + "\n")  # fmt: skip
+    return lines
+
+
+def requeue_running(study: optuna.Study, storage: optuna.storages.RDBStorage) -> int:
+    """Fail the study's running trials and queue their parameters again (Optuna's retry of a trial whose
+    heartbeat stopped): their workers ran on the machine the state came from."""
+    retry = storage.get_heartbeat_stale_trial_callback()
+    study_id = storage.get_study_id_from_name(study.study_name)
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for trial in running:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        if storage.set_trial_state_values(trial_id, state=TrialState.FAIL) and retry is not None:
+            retry(study, storage.get_trial(trial_id))
+    return len(running)
+
+
+def import_state(state_dir: Path, root: Path) -> list[str]:
+    """Lay the state in ``state_dir`` into ``root``, which must hold none of its datasets; return one
+    line per dataset."""
+    state_dir, root = Path(state_dir), Path(root)
+    datasets = list(read_marker(state_dir).get("datasets", ()))
+    journals = {ds: state_dir / ds / JOURNAL for ds in datasets if (state_dir / ds / JOURNAL).is_file()}
+    taken = [f"{root / ds}/" for ds in datasets if (root / ds).exists()]
+    storage = root_storage(root) if journals or layout.storage_file(root).is_file() else None
+    existing = set(optuna.get_all_study_names(storage)) if storage else set()
+    with tempfile.TemporaryDirectory() as tmp:  # read copies: the journal backend writes lock files
+        sources = {}
+        for ds, path in journals.items():
+            sources[ds] = journal(Path(shutil.copy(path, Path(tmp) / f"{ds}.log")))
+        taken += [f"study {n}" for ds in sources for n in studies_of(sources[ds], ds) if n in existing]
+        if taken:
+            raise ConfigError(f"{root} already holds {', '.join(taken)}; import into a new root "
+                              "(the state is laid into a root that has none of it)")  # fmt: skip
+        lines = []
+        for ds in datasets:
+            names = studies_of(sources[ds], ds) if ds in sources else []
+            requeued = 0
+            for name in names:
+                optuna.copy_study(from_study_name=name, from_storage=sources[ds], to_storage=storage)
+                requeued += requeue_running(optuna.load_study(study_name=name, storage=storage), storage)
+            n_seeds = 0
+            for path in sorted((state_dir / ds).rglob("*")):
+                rel = path.relative_to(state_dir / ds)
+                if path.is_file() and rel != Path(JOURNAL):
+                    (root / ds / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, root / ds / rel)
+                    n_seeds += is_seed_metrics(rel)
+            counts = trial_counts(storage, names) if names else {}
+            note = f"; {requeued} trial(s) running at export queued again" if requeued else ""
+            lines.append(f"{ds}: {describe(names, counts, n_seeds)} -> {root / ds}{note}")
+    return lines
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, reporting bad arguments in one line (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = Parser(
+        prog="kcal state",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Move a reproduction to another machine: export a root's sweep studies and finished "
+        "seeds as small text files (commit them), import them into a new root there, and resume with the "
+        "same kcal.orchestrate.reproduce command and root=<that root>.",
+        epilog="examples:\n"
+        "  kcal state export outputs/reproduce/full state\n"
+        "  kcal state export outputs/reproduce/full state --datasets crime blog\n"
+        "  kcal state import state outputs/reproduce/full",
+    )
+    sub = top.add_subparsers(dest="command", required=True, metavar="{export,import}")
+    exp = sub.add_parser("export", help="write a root's portable state to a folder",
+                         description="Write <root>'s sweep studies (an Optuna journal per dataset) and finished "
+                         "seed results (metrics.json, run.json, config.yaml, the fingerprints) to <state_dir>/"
+                         "<dataset>/; other datasets already in <state_dir> are kept.")  # fmt: skip
+    exp.add_argument("root", type=Path, help="reproduction root, e.g. outputs/reproduce/full")
+    exp.add_argument("state_dir", type=Path, help="folder to write (new, or an earlier export)")
+    exp.add_argument("--datasets", nargs="+", metavar="DATASET", help="only these (default: all in root)")
+    exp.add_argument("--history", action="store_true", help="also each seed's history.csv (per-epoch curves)")
+    imp = sub.add_parser("import", help="lay an exported state into a new root",
+                         description="Copy <state_dir>'s studies into <root>/sweeps.db and its seed results "
+                         "into <root>/<dataset>/; <root> must hold none of its datasets.")  # fmt: skip
+    imp.add_argument("state_dir", type=Path, help="folder written by export")
+    imp.add_argument("root", type=Path, help="reproduction root to resume in, e.g. outputs/reproduce/full")
+    return top
+
+
+@exits_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.command == "export":
+        lines = export_state(args.root, args.state_dir, args.datasets, args.history)
+        print(*lines, f"commit {args.state_dir}; on the other machine: kcal state import "
+              f"{args.state_dir} <root>", sep="\n")  # fmt: skip
+    else:
+        lines = import_state(args.state_dir, args.root)
+        print(*lines, f"resume with the same kcal.orchestrate.reproduce (or kcal.sweep.search / kcal.reruns.seeds) command and "
+              f"root={args.root}", sep="\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

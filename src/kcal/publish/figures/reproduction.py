@@ -1,0 +1,227 @@
+"""Figures over a reproduction root laid out as ``<root>/<dataset>/<objective>/seeds/seed<k>/``
+(each seed directory a :func:`kcal.run.run` output: history.csv, metrics.json, predictions.npz,
+config.yaml). Written to ``<root>/figures/``:
+
+* ``dce_<dataset>.{png,pdf,csv}`` (paper Figures 3 and 4): decision calibration error vs epoch on the
+  train and validation splits for NLL, NLL + MMD (RBF) and NLL + MMD (tanh); top row the exact DCE
+  (``dce`` in history.csv, whole split), bottom row the authors' curve definition (``dce_official``:
+  mean over 128-row batches, 10 samples per forecast). Lines are the mean over seeds, bands ± one
+  standard deviation (ddof = 1; no band where a single seed remains). Runs stop at different epochs
+  (early stopping), so each epoch aggregates the seeds whose history reaches that epoch (and whose
+  value there is finite): late epochs average fewer seeds. The legend gives the number of seeds and the
+  range of their last epochs; the CSV has mean, std and the seed count n for every epoch.
+* ``calibration_<dataset>.{png,pdf}``: per objective, the test-split quantile calibration curve
+  (regression; mean over seeds ± std) or the pooled top-label reliability curve (classification),
+  before and after post-hoc recalibration, with mean ± std over seeds of QCE / ECE in the legend.
+  Objective directories named ``<objective>@<setting>`` (sweep variants such as ``nll_mmd@samples=10``)
+  are left out of both figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from pathlib import Path
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from kcal.core import layout
+from kcal.paper import PAPER_OBJECTIVES
+from kcal.plotting import (
+    COLORS,
+    LINESTYLES,
+    MissingInputError,
+    load_config,
+    load_predictions,
+    new_figure,
+    objective_label,
+    objective_sort_key,
+    save_figure,
+    task_of,
+)
+from kcal.run.plots import (
+    CURVE_LEVELS,
+    classification_calibration,
+    draw_run_figures,
+    quantile_curve,
+    regression_calibration,
+)
+
+DCE_OBJECTIVES = PAPER_OBJECTIVES["regression"]
+DCE_METRICS = {"dce": "exact DCE (whole split)", "dce_official": "DCE, authors' curve (128-row batches)"}
+SPLITS = {"train": "train split", "val": "validation split"}
+PRODUCER = (
+    "`kcal reproduce task=regression|classification profile=<profile>` (make reproduce-regression / "
+    "reproduce-classification), whose root is outputs/reproduce/<profile>"
+)
+
+
+def read_history(path: Path) -> dict[str, np.ndarray]:
+    """history.csv as float columns (empty cells -> NaN)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return {}
+    header, body = rows[0], rows[1:]
+    cols = {k: np.full(len(body), np.nan) for k in header}
+    for r, row in enumerate(body):
+        for k, v in zip(header, row, strict=False):
+            if v != "":
+                cols[k][r] = float(v)
+    return cols
+
+
+def aggregate_curves(histories: list[dict[str, np.ndarray]], column: str) -> dict[str, np.ndarray]:
+    """Mean, std (ddof=1; 0 with one seed) and seed count per epoch over the histories that reach it."""
+    usable = [h for h in histories if column in h and "epoch" in h and len(h["epoch"])]
+    if not usable:
+        return {"epoch": np.zeros(0, int), "mean": np.zeros(0), "std": np.zeros(0), "n": np.zeros(0, int)}
+    n_epochs = int(max(h["epoch"].max() for h in usable)) + 1
+    table = np.full((len(usable), n_epochs), np.nan)
+    for s, h in enumerate(usable):
+        table[s, h["epoch"].astype(int)] = h[column]
+    n = np.isfinite(table).sum(0)
+    keep = n > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(table[:, keep], 0)
+        std = np.where(n[keep] >= 2, np.nanstd(table[:, keep], 0, ddof=1), 0.0) if keep.any() else np.zeros(0)
+    return {"epoch": np.arange(n_epochs)[keep], "mean": mean, "std": np.nan_to_num(std), "n": n[keep]}
+
+
+def draw_dce_curves(dataset: str, runs: dict[str, list[Path]], out_dir: Path,
+                    objectives: tuple[str, ...] = DCE_OBJECTIVES) -> list[Path]:  # fmt: skip
+    """The DCE-over-training figure (2 metrics x 2 splits) and its CSV for one dataset; [] when no run of
+    ``objectives`` has DCE columns in its history (e.g. a classification dataset)."""
+    curves: dict[str, dict] = {}
+    for obj in sorted((o for o in runs if o in objectives), key=objective_sort_key):
+        hists = [
+            read_history(d / layout.HISTORY_FILE) for d in runs[obj] if (d / layout.HISTORY_FILE).is_file()
+        ]
+        hists = [h for h in hists if any(f"{s}/{m}" in h for s in SPLITS for m in DCE_METRICS)]
+        if hists:
+            last = [int(h["epoch"].max()) for h in hists]
+            curves[obj] = {"n_seeds": len(hists), "last": (min(last), max(last)),
+                           **{f"{s}/{m}": aggregate_curves(hists, f"{s}/{m}") for s in SPLITS for m in DCE_METRICS}}  # fmt: skip
+    if not curves:
+        return []
+    fig = new_figure(10.0, 7.0, layout="constrained")
+    axes = fig.subplots(2, 2, sharex=True, sharey="row")
+    lines = ["objective,split,metric,epoch,mean,std,n"]
+    for r, (metric, mlabel) in enumerate(DCE_METRICS.items()):
+        for c, (split, slabel) in enumerate(SPLITS.items()):
+            ax = axes[r, c]
+            for obj, cur in curves.items():
+                agg = cur[f"{split}/{metric}"]
+                if not len(agg["epoch"]):
+                    continue
+                color = COLORS.get(obj)
+                lo, hi = cur["last"]
+                last = f"last epoch {lo}" if lo == hi else f"last epochs {lo}–{hi}"
+                ax.plot(agg["epoch"], agg["mean"], color=color, lw=1.4, ls=LINESTYLES.get(obj, "-"),
+                        marker="o" if len(agg["epoch"]) <= 20 else None, ms=3,
+                        label=f"{objective_label(obj)} ({cur['n_seeds']} seeds, {last})")  # fmt: skip
+                ax.fill_between(agg["epoch"], agg["mean"] - agg["std"], agg["mean"] + agg["std"], color=color,
+                                alpha=0.2, lw=0)  # fmt: skip
+                lines += [f"{obj},{split},{metric},{int(e)},{float(m)!r},{float(s)!r},{int(n)}"
+                          for e, m, s, n in zip(agg["epoch"], agg["mean"], agg["std"], agg["n"], strict=True)]  # fmt: skip
+            ax.set_title(f"{slabel} · {mlabel}", fontsize=9)
+            ax.set_ylabel("DCE" if c == 0 else None)
+            if r == 1:
+                ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{dataset}: decision calibration during training (mean ± std over the seeds still "
+                 "training at each epoch)", fontsize=10)  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / f"dce_{dataset}.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    return [*save_figure(fig, out_dir / f"dce_{dataset}"), csv_path]
+
+
+def _mean_std(values: list[float]) -> str:
+    v = np.asarray(values, dtype=float)
+    return f"{v.mean():.3f} ± {v.std(ddof=1):.3f}" if len(v) > 1 else f"{v.mean():.3f}"
+
+
+def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir: Path) -> list[Path]:
+    """Per objective, calibration before/after recalibration on the test split, over seeds."""
+    per_obj: dict[str, list[dict]] = {}
+    task = None
+    for obj in sorted((o for o in runs if not layout.is_variant(o)), key=objective_sort_key):
+        for d in runs[obj]:
+            if not (d / layout.PREDICTIONS_FILE).is_file() or not (d / layout.CONFIG_FILE).is_file():
+                continue  # diverged runs have no predictions
+            preds, cfg = load_predictions(d), load_config(d)
+            task = task_of(preds)
+            recal = str(cfg.get("recalibrator", {}).get("name", "auto"))
+            calc = regression_calibration if task == "regression" else classification_calibration
+            per_obj.setdefault(obj, []).append(calc(preds, recal))
+    if not per_obj:
+        return []
+    fig = new_figure(9.0, 4.4, layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    for k, (phase, title) in enumerate(
+        [("before", "before recalibration"), ("after", "after recalibration")]
+    ):
+        ax = axes[k]
+        for obj, items in per_obj.items():
+            color = COLORS.get(obj)
+            if task == "regression":
+                key, qkey = ("pit", "qce") if phase == "before" else ("pit_recal", "qce_recal")
+                items_k = [it for it in items if key in it]
+                if not items_k:
+                    continue
+                cur = np.stack([quantile_curve(it[key]) for it in items_k])
+                mean, std = cur.mean(0), cur.std(0, ddof=1) if len(cur) > 1 else np.zeros(cur.shape[1])
+                ax.plot(CURVE_LEVELS, mean, color=color, ls=LINESTYLES.get(obj, "-"),
+                        label=f"{objective_label(obj)}: QCE {_mean_std([it[qkey] for it in items_k])}")  # fmt: skip
+                ax.fill_between(CURVE_LEVELS, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+            else:
+                items_k = [it[phase] for it in items if phase in it]
+                if not items_k:
+                    continue
+                count = np.sum([b["count"] for b in items_k], 0)
+                hits = np.sum([b["acc"] * b["count"] for b in items_k], 0)
+                confs = np.sum([b["conf"] * b["count"] for b in items_k], 0)
+                ok = count > 0
+                ax.plot(confs[ok] / count[ok], hits[ok] / count[ok], marker="o", ls=LINESTYLES.get(obj, "-"), ms=3,
+                        color=color,
+                        label=f"{objective_label(obj)}: ECE {_mean_std([b['ece'] for b in items_k])}")  # fmt: skip
+        ax.plot([0, 1], [0, 1], color="k", ls="--", lw=1)
+        xlabel, ylabel = (("expected quantile level p", "observed fraction y ≤ F⁻¹(p | x)") if task == "regression"
+                          else ("top-label confidence (bin mean, pooled over seeds)", "accuracy"))  # fmt: skip
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel=xlabel, ylabel=ylabel if k == 0 else None, title=title)
+        ax.legend(fontsize=7, loc="upper left")
+    n_seeds = {len(v) for v in per_obj.values()}
+    seeds = f"{min(n_seeds)}–{max(n_seeds)}" if len(n_seeds) > 1 else str(n_seeds.pop())
+    band = "mean ± std over seeds" if task == "regression" else "bins pooled over seeds"
+    fig.suptitle(f"{dataset}: test-split calibration ({seeds} seeds per objective; {band})", fontsize=10)
+    return save_figure(fig, out_dir / f"calibration_{dataset}")
+
+
+def draw_reproduction(
+    root: Path, runs_too: bool = False, objectives: tuple[str, ...] = DCE_OBJECTIVES
+) -> list[Path]:
+    """All reproduction figures under ``root/figures`` (and per-run figures when ``runs_too``)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise MissingInputError(f"reproduction root {root} does not exist; it is produced by {PRODUCER}")
+    found = layout.seed_runs(root)
+    if not found:
+        raise MissingInputError(
+            f"no runs under {root} (expected <root>/<dataset>/<objective>/seeds/seed<k>/history.csv); "
+            f"they are produced by {PRODUCER}"
+        )
+    out_dir, paths = layout.figures_dir(root), []
+    for dataset, runs in sorted(found.items()):
+        paths += draw_dce_curves(dataset, runs, out_dir, objectives)
+        paths += draw_dataset_calibration(dataset, runs, out_dir)
+        if runs_too:
+            for dirs in runs.values():
+                for d in dirs:
+                    if (d / layout.PREDICTIONS_FILE).is_file():
+                        paths += draw_run_figures(d)
+    return paths

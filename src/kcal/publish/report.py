@@ -1,0 +1,431 @@
+"""Publish a reproduction into the repository: ``kcal report <root> <dest>`` (``--add``: add its
+datasets to those already published).
+
+A published reproduction is two folders. Its **numbers** are package data beside the paper's own
+(``kcal/resources/paper_tables.csv``), in ``kcal/resources/results/<profile>/`` (:func:`data_dir`;
+``--data`` to choose another), so they ship with kcal and no data file sits among the documents:
+
+* ``results.csv``: the reproduction's tidy results, copied from ``<root>/results.csv``;
+* ``studies.csv``: per sweep study, the trials by status, the best trial, its parameters and value,
+  and when the study and its seed reruns ran (read from the Optuna storage and the seed directories).
+
+Its **report**, ``<dest>`` (e.g. ``docs/results/full``), is everything a reader opens, all derived:
+
+* every file :func:`kcal.publish.tables.write_tables` writes from ``results.csv`` except its CSVs (LaTeX tables
+  per flavour, ``comparison_{exact,official}.md``, ``claims.md``);
+* ``report.json``: the profile that produced the results (stated in every caption and verdict) and
+  where the numbers are, relative to ``<dest>``;
+* ``best/<dataset>__<objective>.json``: each study's best trial and its parameters;
+* ``RESULTS.md``: hand-written analysis around generated blocks. A generated block sits between
+  ``<!-- kcal.report:NAME -->`` and ``<!-- /kcal.report -->`` and is rewritten from ``results.csv`` and
+  ``studies.csv`` on every publish; the text outside the blocks is kept as it is.
+
+``kcal report --check <dest>`` regenerates everything derived from the committed
+``results.csv`` / ``studies.csv`` in memory and exits 1, naming the files, if anything committed differs
+(the test suite runs it, so a report's numbers always equal what :mod:`kcal.publish.tables` makes of its CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from kcal.core import layout
+from kcal.publish.budget import PLATEAU_SHARE, expected_best, reached_plateau
+from kcal.publish.claims import claims_summary, profile_note
+from kcal.publish.figures.budget import draw_budget_curves
+from kcal.publish.protocol_spread import (
+    claim_counts,
+    claims_markdown,
+    replicates_of,
+    spread_frame,
+    spread_markdown,
+    summary_markdown,
+)
+from kcal.publish.table_cells import FLAVOURS, comparison_frame, fmt, load_results
+from kcal.publish.tables import write_tables
+from kcal.publish.trials import read_trials, selection_scores, trial_rows, write_trials
+from kcal.sweep.selection import selected, value_of
+from kcal.sweep.studies import COUNTED_FAILURES, STATUS
+
+GENERATED = re.compile(
+    r"(<!-- kcal\.report:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /kcal\.report -->)", re.S
+)
+STUDY_COLUMNS = ["dataset", "objective", "study", "complete", "failed", "not_counted", "best_trial", "best_value",
+                 "best_params", "sweep_start", "sweep_end", "trial_hours", "seeds", "seeds_end"]  # fmt: skip
+
+
+# ---- reading a reproduction root ------------------------------------------------------------------
+def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
+    """One row per sweep study in the reproduction's storage (default ``<root>/sweeps.db``)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    url = storage or layout.sqlite_url(root)
+    rows = []
+    for summary in optuna.get_all_study_summaries(url, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=url)
+        trials = study.get_trials(deepcopy=False)
+        dataset, objective, _, selection = layout.parse_study_name(summary.study_name)
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        counted_fail = [t for t in trials if t.state == TrialState.FAIL
+                        and t.user_attrs.get(STATUS) in COUNTED_FAILURES]  # fmt: skip
+        best = selected(study) if complete else None
+        starts = [t.datetime_start for t in trials if t.datetime_start]
+        ends = [t.datetime_complete for t in trials if t.datetime_complete]
+        seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                      if t.datetime_start and t.datetime_complete)  # fmt: skip
+        seed_files = layout.finished_seed_files(layout.label_dir(root, dataset, objective, selection))
+        seeds_end = max((p.stat().st_mtime for p in seed_files), default=None)
+        rows.append({
+            "dataset": dataset, "objective": objective, "study": summary.study_name,
+            "complete": len(complete), "failed": len(counted_fail),
+            "not_counted": len(trials) - len(complete) - len(counted_fail),
+            "best_trial": best.number if best else None, "best_value": value_of(best) if best else None,
+            "best_params": json.dumps(best.params, sort_keys=True) if best else "",
+            "sweep_start": _iso(min(starts)) if starts else "", "sweep_end": _iso(max(ends)) if ends else "",
+            "trial_hours": round(seconds / 3600, 3), "seeds": len(seed_files),
+            "seeds_end": _iso(datetime.fromtimestamp(seeds_end, tz=timezone.utc)) if seeds_end else "",
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=STUDY_COLUMNS).sort_values(["dataset", "objective"], ignore_index=True)
+
+
+def _iso(t: datetime) -> str:
+    if t.tzinfo is None:  # Optuna stores naive local times
+        t = t.astimezone()
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# ---- generated blocks -----------------------------------------------------------------------------
+def _cell(mean, se) -> str:
+    if pd.isna(mean):
+        return "—"
+    return fmt(mean) if pd.isna(se) else f"{fmt(mean)} ± {fmt(se)}"
+
+
+def side_by_side(results: pd.DataFrame, dataset: str) -> str:
+    """The paper's cells next to ours in both flavours, for one dataset (only cells we ran)."""
+    keys = ["table", "dataset", "row", "metric"]
+    frames = []
+    for fl in FLAVOURS:
+        comp = comparison_frame(results, fl)
+        comp = comp[comp["dataset"] == dataset]
+        frames.append(comp.set_index(keys)[["ours_mean", "ours_se", "ours_n", "paper_mean", "paper_se", "verdict"]]
+                      .add_prefix(f"{fl}_"))  # fmt: skip
+    both = pd.concat(frames, axis=1).reset_index()
+    ran = both[[f"{fl}_ours_mean" for fl in FLAVOURS]].notna().any(axis=1)
+    both = both[ran]
+    lines = ["| table | row | metric | paper | ours, exact | verdict | ours, official | verdict | n |",
+             "|---|---|---|---:|---:|---|---:|---|---:|"]  # fmt: skip
+    for r in both.to_dict("records"):
+        n = r["exact_ours_n"] if not pd.isna(r["exact_ours_n"]) else r["official_ours_n"]
+        lines.append(
+            f"| {r['table']} | {r['row']} | {r['metric']} | {_cell(r['exact_paper_mean'], r['exact_paper_se'])} "
+            f"| {_cell(r['exact_ours_mean'], r['exact_ours_se'])} | {r['exact_verdict']} "
+            f"| {_cell(r['official_ours_mean'], r['official_ours_se'])} | {r['official_verdict']} "
+            f"| {'—' if pd.isna(n) else int(n)} |"
+        )
+    return "\n".join(lines)
+
+
+def studies_table(studies: pd.DataFrame) -> str:
+    lines = ["| dataset | objective | trials complete | failed (counted) | best trial | best value | seeds "
+             "| sweep start (UTC) | seeds done (UTC) | trial hours |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]  # fmt: skip
+    for r in studies.to_dict("records"):
+        best = "—" if pd.isna(r["best_value"]) else f"{r['best_value']:.4f}"
+        trial = "—" if pd.isna(r["best_trial"]) else int(r["best_trial"])
+        lines.append(f"| {r['dataset']} | {r['objective']} | {r['complete']} | {r['failed']} | {trial} | {best} "
+                     f"| {r['seeds']} | {_text(r['sweep_start'])} | {_text(r['seeds_end'])} | {r['trial_hours']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _text(value) -> str:
+    return "—" if pd.isna(value) or value == "" else str(value)
+
+
+def budget_table(trials: pd.DataFrame) -> str:
+    """Per study with kept trials: the expected best selection score after 1, 10, n/2 and n trials
+    (:mod:`kcal.publish.budget`) and whether n trials reached the plateau by its rule."""
+    scores = selection_scores(trials)
+    if not scores:
+        return "(no trials kept)"
+    lines = [f"Expected best validation score (the study's selection score: accuracy or NLL) of k trials drawn "
+             f"from the study's own complete trials (Dodge et al. 2019). Plateau: the gain from n/2 to n trials "
+             f"is below {PLATEAU_SHARE:g} of the gain from 1 to n (rule in `kcal.publish.budget`).", "",
+             "| dataset | objective | n | k = 1 | k = 10 | k = n/2 | k = n | plateau at n |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for (dataset, objective), (values, maximize) in scores.items():
+        n = len(values)
+        e1, e10, half, last = expected_best(values, [1, min(10, n), max(1, n // 2), n], maximize)
+        reached, late, total = reached_plateau(values, maximize)
+        verdict = "reached" if reached else f"not reached (late gain {late:.4g} of {total:.4g})"
+        lines.append(
+            f"| {dataset} | {objective} | {n} | {e1:.4f} | {e10:.4f} | {half:.4f} | {last:.4f} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def blocks(
+    results: pd.DataFrame, studies: pd.DataFrame, profile: str, trials: pd.DataFrame | None = None
+) -> dict[str, str]:
+    """Every generated block of RESULTS.md, by name."""
+    out = {"profile": profile_note(profile)}
+    out["claims"] = "\n".join(f"- {line}" for line in claims_summary(results, profile=profile))
+    out["studies"] = studies_table(studies)
+    out["budget"] = budget_table(
+        trials if trials is not None else pd.DataFrame(columns=["dataset", "objective"])
+    )
+    for ds in sorted(set(results["dataset"])):
+        out[f"dataset:{ds}"] = side_by_side(results, ds)
+    return out
+
+
+def fill(text: str, generated: dict[str, str]) -> str:
+    """``text`` with every generated block replaced by its new content (unknown names are emptied)."""
+
+    def body(m: re.Match) -> str:
+        return m.group(1) + generated.get(m.group("name"), "(no results)") + "\n" + m.group(4)
+
+    return GENERATED.sub(body, text)
+
+
+def template(generated: dict[str, str]) -> str:
+    """A first RESULTS.md: one section per dataset with its block; the analysis is written by hand."""
+    parts = [
+        "# Results\n",
+        "<!-- kcal.report:profile -->\n<!-- /kcal.report -->\n",
+        "## Studies\n",
+        "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n",
+        "## Search budget\n",
+        "<!-- kcal.report:budget -->\n<!-- /kcal.report -->\n",
+        "## The protocol's own spread\n",
+        "<!-- kcal.report:protocol -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:protocol:claims -->\n<!-- /kcal.report -->\n",
+    ]
+    for name in sorted(k for k in generated if k.startswith("dataset:")):
+        parts += [
+            f"## {name.split(':', 1)[1]}\n",
+            f"<!-- kcal.report:{name} -->\n<!-- /kcal.report -->\n",
+        ]
+    parts += ["## Claims\n", "<!-- kcal.report:claims -->\n<!-- /kcal.report -->\n"]
+    return fill("\n".join(parts), generated)
+
+
+# ---- publish and check ----------------------------------------------------------------------------
+def data_dir(profile: str) -> Path:
+    """Where kcal keeps the published numbers of a ``profile`` reproduction (package data)."""
+    return Path(str(resources.files("kcal.resources"))) / "results" / profile
+
+
+def report_info(dest: Path) -> tuple[str, Path]:
+    """(profile, folder of results.csv and studies.csv) of the report in ``dest``."""
+    info = json.loads((dest / "report.json").read_text())
+    return info["profile"], (dest / info["data"]).resolve()
+
+
+def render(dest: Path, out: Path) -> None:
+    """Everything derived from ``dest``'s report.json and the CSVs it points to, written into ``out``."""
+    profile, data = report_info(dest)
+    results = load_results(data / "results.csv")
+    studies = pd.read_csv(data / "studies.csv")
+    write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
+    generated = blocks(results, studies, profile, read_trials(data))
+    replicates = replicates_of(results, {n: load_results(p / layout.RESULTS_FILE)
+                                         for n, p in layout.replicate_data_dirs(data).items()})  # fmt: skip
+    spread = spread_frame(replicates) if replicates else pd.DataFrame()
+    generated["protocol"] = summary_markdown(replicates, spread)
+    generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
+    if replicates:
+        (out / "protocol_spread.md").write_text(
+            f"# The protocol's own spread ({profile})\n\n{spread_markdown(spread)}\n", encoding="utf-8"
+        )
+    existing = dest / "RESULTS.md"
+    text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
+    (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
+
+
+PAIR = ["dataset", "objective"]
+
+
+def added(published: Path, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(combined, replaced)``: the published CSV's rows of (dataset, objective) pairs that ``new`` does not
+    have, then ``new``'s rows; and the published rows that ``new`` replaces."""
+    if not published.is_file():
+        return new, new.iloc[0:0]
+    old = pd.read_csv(published)
+    pairs = pd.MultiIndex.from_frame(new[PAIR].drop_duplicates())
+    hit = pd.MultiIndex.from_frame(old[PAIR]).isin(pairs)
+    return pd.concat([old[~hit], new], ignore_index=True), old[hit]
+
+
+def keep_replaced(data: Path, name: str, replaced: dict[str, pd.DataFrame]) -> list[Path]:
+    """Append rows that an ``--add`` replaces to ``<data>/experiments/<name>/<file>`` (a labelled experiment,
+    kept apart from the published numbers), replacing that experiment's rows of the same pairs."""
+    folder = layout.experiment_data_dir(data, name)
+    written = []
+    for file, rows in replaced.items():
+        if rows.empty:
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        combined, _ = added(folder / file, rows)
+        combined.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / file, index=False)
+        written.append(folder / file)
+    return written
+
+
+def publish(
+    root: Path, dest: Path, storage: str | None = None, profile: str | None = None, data: Path | None = None,
+    add: bool = False, keep: str | None = None,
+) -> list[Path]:  # fmt: skip
+    """Copy ``root``'s results into ``data`` (default :func:`data_dir`) and regenerate every derived file
+    in ``dest`` (``profile``: the reproduction profile, by default the root's folder name, as in
+    ``outputs/reproduce/<profile>``). ``add``: keep the published datasets that ``root`` does not hold
+    (a dataset run in another root, session or machine) and replace those it does; the profile and data
+    folder are then, by default, those of the report already in ``dest`` (such a root is often named
+    after its dataset, not its profile). What is replaced is a (dataset, objective) pair: a root that reran
+    one objective replaces that objective's rows only; ``keep`` names an experiment under which the replaced
+    rows are kept (:func:`keep_replaced`). Every trial of the root's studies is written as a trials table
+    (:mod:`kcal.publish.trials`). Returns the files written."""
+    if add and (dest / "report.json").is_file():
+        published_profile, published_data = report_info(dest)
+        profile = profile or published_profile
+        data = data if data is not None else published_data
+    profile = profile or root.name
+    data = Path(data) if data is not None else data_dir(profile)
+    src = layout.results_file(root)
+    if not src.is_file():
+        raise SystemExit(f"kcal report: {src} not found; run the reproduction (kcal reproduce) first")
+    dest.mkdir(parents=True, exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
+    link = Path(os.path.relpath(data.resolve(), dest.resolve())).as_posix()
+    (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
+    studies = study_rows(root, storage)
+    if add:
+        results, old_results = added(data / "results.csv", pd.read_csv(src))
+        results.to_csv(data / "results.csv", index=False)
+        studies, old_studies = added(data / "studies.csv", studies)
+        studies = studies.sort_values(PAIR, ignore_index=True)
+        if keep:
+            keep_replaced(data, keep, {"results.csv": old_results, "studies.csv": old_studies})
+    else:
+        if keep:
+            raise ValueError("keep names where an add keeps the rows it replaces; it needs add=True")
+        shutil.copyfile(src, data / "results.csv")
+    studies.to_csv(data / "studies.csv", index=False)
+    write_trials(trial_rows(root, storage), data)
+    draw_budget_curves(read_trials(data), layout.figures_dir(dest))
+    for (dataset, objective), best in layout.best_files(root).items():
+        target = dest / "best" / f"{layout.pair_name(dataset, objective)}.json"
+        target.parent.mkdir(exist_ok=True)
+        info = json.loads(best.read_text())
+        target.write_text(
+            json.dumps({k: info[k] for k in ("study", "trial", "value", "params")}, indent=1) + "\n"
+        )
+    render(dest, dest)
+    return sorted(p for folder in (data, dest) for p in folder.rglob("*") if p.is_file())
+
+
+def publish_trials(root: Path, dest: Path, storage: str | None = None) -> list[Path]:
+    """Write the trials of ``root``'s studies into the data folder of the report in ``dest`` (replacing those
+    (dataset, objective) pairs' tables), redraw the budget figures and regenerate the report; for a study
+    whose results were published before its trials were kept (its root imported from a ``kcal.orchestrate.state``
+    export, say). Returns the trials tables written."""
+    _, data = report_info(dest)
+    written = write_trials(trial_rows(root, storage), data)
+    draw_budget_curves(read_trials(data), layout.figures_dir(dest))
+    render(dest, dest)
+    return written
+
+
+def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = None) -> list[Path]:
+    """Publish ``root`` (a rerun of the whole protocol on some datasets, with another ``sweep.sampler_seed``) as
+    the replicate ``name`` of the report in ``dest``: its results, studies and trials go to
+    ``<data>/replicates/<name>/`` (the published numbers stay as they are), and the report is regenerated
+    with the protocol's spread (:mod:`kcal.publish.protocol_spread`)."""
+    _, data = report_info(dest)
+    src = layout.results_file(root)
+    if not src.is_file():
+        raise SystemExit(f"kcal report: {src} not found; run the replicate (kcal reproduce) first")
+    folder = layout.replicate_data_dir(data, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, folder / layout.RESULTS_FILE)
+    study_rows(root, storage).to_csv(folder / "studies.csv", index=False)
+    written = write_trials(trial_rows(root, storage), folder)
+    render(dest, dest)
+    return [folder / layout.RESULTS_FILE, folder / "studies.csv", *written]
+
+
+def check(dest: Path) -> list[str]:
+    """Names of committed files that differ from what their CSVs regenerate (empty: all equal)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        render(dest, Path(tmp))
+        return [p.name for p in sorted(Path(tmp).iterdir())
+                if not (dest / p.name).is_file() or (dest / p.name).read_bytes() != p.read_bytes()]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kcal report", description=__doc__.split("\n")[0])
+    p.add_argument("root", type=Path, nargs="?", help="reproduction root, e.g. outputs/reproduce/full")
+    p.add_argument("dest", type=Path, help="where the report lives, e.g. docs/results/full")
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
+    p.add_argument("--profile", help="the reproduction's profile (default: with --add, the one of the "
+                   "report in dest; otherwise the root's folder name)")  # fmt: skip
+    p.add_argument("--data", type=Path, help="where results.csv and studies.csv go (default: with "
+                   "--add, the report's own; otherwise kcal/resources/results/<profile>)")  # fmt: skip
+    p.add_argument("--check", action="store_true", help="only check that dest's files match its CSVs")
+    p.add_argument(
+        "--replicate",
+        metavar="NAME",
+        help="publish root as the protocol replicate NAME (e.g. "
+        "sampler_seed=1) of the report in dest: its numbers stay apart, the protocol's spread is added",
+    )
+    p.add_argument("--trials", action="store_true", help="only write the trials of root's studies into the "
+                   "report's data folder, redraw the budget figures and regenerate the report")  # fmt: skip
+    p.add_argument(
+        "--add",
+        action="store_true",
+        help="add root's datasets to those already published "
+        "(replacing the same (dataset, objective) pairs), instead of publishing root alone",
+    )
+    p.add_argument("--keep", metavar="NAME", help="with --add: keep the rows it replaces as the experiment NAME "
+                   "(<data>/experiments/NAME/results.csv, studies.csv)")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.check:
+        stale = check(args.dest)
+        if stale:
+            print(f"kcal report: {', '.join(stale)} in {args.dest} differ from what its results.csv/studies.csv "
+                  f"give; run `kcal report <root> {args.dest}` to regenerate", file=sys.stderr)  # fmt: skip
+            return 1
+        print(f"kcal report: {args.dest} matches its results.csv and studies.csv")
+        return 0
+    if args.root is None:
+        p.error("give the reproduction root (or --check)")
+    if args.replicate:
+        for path in publish_replicate(args.root, args.dest, args.replicate, args.storage):
+            print(path)
+        return 0
+    if args.trials:
+        for path in publish_trials(args.root, args.dest, args.storage):
+            print(path)
+        return 0
+    if args.keep and not args.add:
+        p.error("--keep keeps the rows that an --add replaces; add --add")
+    files = publish(args.root, args.dest, args.storage, args.profile, args.data, add=args.add, keep=args.keep)
+    print(f"kcal report: {len(files)} files in {args.dest} and its data folder; edit the analysis in {args.dest / 'RESULTS.md'} "
+          "outside the generated blocks")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""The cells of the paper's result tables: the layout of Tables 3-7 as data, our results and the paper's
+numbers for every (table, dataset, row, metric), a verdict per cell, and numbers as printed.
+
+* :data:`TABLES` (:class:`Table` of :class:`Row` and :class:`Metric`): the paper's tables as data;
+* :func:`load_results` / :func:`normalise_results`: the seed runner's tidy CSV; :func:`paper_numbers`;
+* :func:`cell_frame` / :func:`comparison_frame`: ours next to the paper's, with :func:`compare_cell`'s
+  verdict ("within 2 SE" when ``|ours - paper| <= 2 sqrt(se_ours^2 + se_paper^2)``, else "differs");
+* :func:`fmt` / :func:`best_mask`: a mean as printed (3 decimals) and which printed means are best.
+
+:mod:`kcal.publish.tables` renders these cells (LaTeX, Markdown) and :mod:`kcal.publish.claims` verdicts the claims.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+
+from kcal.configs import CONFIG_DIR
+from kcal.core import layout
+from kcal.paper import PAPER_DATASETS, RESULT_COLUMNS
+
+FLAVOURS = ("exact", "official")
+FLAVOUR_LABEL = {"exact": "exact", "official": "official-compatible"}
+FLAVOUR_CAPTION = {
+    "exact": "exact metric definitions",
+    "official": "official-compatible metrics (the authors' implementation conventions)",
+}
+REGRESSION, CLASSIFICATION = PAPER_DATASETS["regression"], PAPER_DATASETS["classification"]
+#: Table 6's rows: the forecast sample sizes the paper's protocol reruns (``reproduce.sample_sizes`` of profile full)
+SAMPLE_SIZES = tuple(
+    int(s) for s in OmegaConf.load(Path(CONFIG_DIR) / "profile" / "full.yaml").reproduce.sample_sizes
+)
+METRIC_ALIASES = {"accuracy": "acc"}
+MISSING_TEX = "---"
+MISSING_MD = "—"
+DECIMALS = 3
+
+
+# --------------------------------------------------------------------------------------------------
+# Table layout as data
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # ours (results CSV)
+    paper: str  # paper_tables.csv
+    header: str  # LaTeX column header
+    lower_is_better: bool = True
+    scale: float = 1.0  # ours -> displayed (accuracy: fraction -> %)
+    short: str = ""  # Table 6 column header
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str  # the paper's objective label (paper_tables.csv) or the sample count (Table 6)
+    latex: str
+    objective: str  # ours
+    recalibrator: str = "none"
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # paper_tables.csv "table" (and "sample_size")
+    number: int
+    slug: str
+    datasets: tuple[str, ...]
+    rows: tuple[Row, ...]
+    metrics: tuple[Metric, ...]
+    caption: str
+    means_only: bool = False
+
+    def row(self, key: str) -> Row:
+        return next(r for r in self.rows if r.key == key)
+
+    def metric(self, name: str) -> Metric:
+        return next(m for m in self.metrics if m.name == name)
+
+
+NLL = Metric("nll", "nll", r"NLL $\downarrow$", short="NLL")
+QCE = Metric("qce", "qce", r"Quantile Cal. $\downarrow$", short="QCE")
+DCE = Metric("dce", "dce", r"Decision Cal. $\downarrow$", short="DCE")
+ACC = Metric("acc", "accuracy", r"Accuracy $\uparrow$", lower_is_better=False, scale=100.0)
+ECE = Metric("ece", "ece", r"ECE $\downarrow$")
+ENT = Metric("entropy", "entropy", r"Entropy $\downarrow$")
+KCE = Metric("kce", "kce", r"KCE $\downarrow$")
+
+
+def _classification_rows(recalibrator: str) -> tuple[Row, ...]:
+    return (
+        Row("XE", "XE", "xe", recalibrator),
+        Row("XE + MMCE", "XE + MMCE", "xe_mmce", recalibrator),
+        Row("XE + ECE KDE", "XE + ECE KDE", "xe_kde", recalibrator),
+        Row("XE + MMD", r"XE + MMD (\emph{Ours})", "xe_mmd", recalibrator),
+    )
+
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        Table(
+            "regression", 3, "table3_regression", REGRESSION,
+            (
+                Row("NLL", "NLL", "nll", "none"),
+                Row("NLL + post-hoc", r"\quad + Post-hoc", "nll", "post-hoc"),
+                Row("NLL + MMD", r"NLL + MMD (\emph{Ours})", "nll_mmd", "none"),
+                Row("NLL + MMD + post-hoc", r"\quad + Post-hoc", "nll_mmd", "post-hoc"),
+            ),
+            (NLL, QCE, DCE),
+            "Regression: models trained with NLL and NLL + MMD (Ours), test metrics with and without "
+            "post-hoc quantile recalibration fit on the validation set (cf.\\ the paper's Table 3).",
+        ),
+        Table(
+            "classification", 4, "table4_classification", CLASSIFICATION, _classification_rows("none"),
+            (ACC, ECE, ENT, KCE),
+            "Classification without post-hoc recalibration: XE, XE + MMCE, XE + ECE KDE and "
+            "XE + MMD (Ours) (cf.\\ the paper's Table 4).",
+        ),
+        Table(
+            "classification_tempscaling", 5, "table5_classification_tempscaling", CLASSIFICATION,
+            _classification_rows("post-hoc"), (ACC, ECE, ENT, KCE),
+            "Classification with temperature scaling fit on the validation set "
+            "(cf.\\ the paper's Table 5).",
+        ),
+        Table(
+            "sample_size", 6, "table6_sample_size", REGRESSION,
+            tuple(Row(str(s), str(s), layout.variant_label("nll_mmd", "samples", s), "none") for s in SAMPLE_SIZES),
+            (NLL, QCE, DCE),
+            "NLL + MMD versus the number of simulated samples per forecast in the plug-in MMD "
+            "estimate; means only (cf.\\ the paper's Table 6).",
+            means_only=True,
+        ),
+        Table(
+            "decision_kernel", 7, "table7_decision_kernel", REGRESSION,
+            (
+                Row("NLL + MMD k_Y=rbf", r"$\mathrm{RBF}$", "nll_mmd", "none"),
+                Row("NLL + MMD k_Y=tanh", r"$\tanh$", "nll_mmd_tanh", "none"),
+            ),
+            (NLL, DCE),
+            "NLL + MMD with an RBF kernel versus the decision-tailored $\\tanh$ kernel as $k_Y$ "
+            "(cf.\\ the paper's Table 7).",
+        ),
+    )
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def load_results(path: Path | str) -> pd.DataFrame:
+    """Read and validate the seed runner's tidy CSV."""
+    return normalise_results(pd.read_csv(path))
+
+
+def normalise_results(results: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in RESULT_COLUMNS if c not in results.columns]
+    if missing:
+        raise ValueError(f"results lack column(s) {missing}; expected {list(RESULT_COLUMNS)}")
+    df = results.loc[:, list(RESULT_COLUMNS)].copy()
+    for c in ("dataset", "objective", "recalibrator", "flavour", "metric"):
+        df[c] = df[c].astype(str).str.strip()
+    df["metric"] = df["metric"].replace(METRIC_ALIASES)
+    for c in ("mean", "se", "n"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    key = ["dataset", "objective", "recalibrator", "flavour", "metric"]
+    dup = df[df.duplicated(key, keep=False)]
+    if len(dup):
+        raise ValueError(
+            f"results have {len(dup)} duplicated cells, e.g.\n{dup.head(6).to_string(index=False)}"
+        )
+    return df
+
+
+def paper_numbers() -> pd.DataFrame:
+    return _paper_numbers().copy()
+
+
+@functools.cache
+def _paper_numbers() -> pd.DataFrame:
+    """The paper's numbers as ``table, dataset, row, metric, mean, se`` (paper metric names; Table 6
+    rows are the sample counts as strings, with se NaN)."""
+    pkg = resources.files("kcal.resources")
+    with pkg.joinpath("paper_tables.csv").open() as f:
+        main = pd.read_csv(f)
+    with pkg.joinpath("paper_sample_size.csv").open() as f:
+        ss = pd.read_csv(f)
+    main = main.rename(columns={"objective": "row"})
+    ss = pd.DataFrame({
+        "table": "sample_size", "dataset": ss["dataset"], "row": ss["num_samples"].astype(int).astype(str),
+        "metric": ss["metric"], "mean": ss["value"].astype(float), "se": np.nan,
+    })  # fmt: skip
+    return pd.concat([main, ss], ignore_index=True)
+
+
+def dataset_info(name: str) -> dict[str, int | None]:
+    try:
+        from kcal.data import get_spec
+
+        spec = get_spec(name)
+        return {"n": int(spec.n_used), "d": int(spec.d), "m": spec.m}
+    except Exception:  # an unknown dataset still gets a row, without n/d
+        return {"n": None, "d": None, "m": None}
+
+
+# --------------------------------------------------------------------------------------------------
+# The cell frame: ours and the paper's number for every (table, dataset, row, metric)
+
+
+def is_missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def compare_cell(ours_mean: float, ours_se: float, paper_mean: float, paper_se: float) -> dict:
+    """Difference, combined SE, 2-SE tolerance and verdict for one cell (see module docstring)."""
+    ours_mean, ours_se, paper_mean, paper_se = (
+        float("nan") if is_missing(v) else float(v) for v in (ours_mean, ours_se, paper_mean, paper_se)
+    )
+    out = {"diff": np.nan, "combined_se": np.nan, "tolerance": np.nan}
+    if math.isnan(ours_mean):
+        return {**out, "verdict": "not run"}
+    if math.isnan(paper_mean):
+        return {**out, "verdict": "no paper value"}
+    se_c = math.sqrt(
+        (0.0 if math.isnan(ours_se) else ours_se) ** 2 + (0.0 if math.isnan(paper_se) else paper_se) ** 2
+    )
+    diff = ours_mean - paper_mean
+    tol = 2.0 * se_c
+    verdict = "within 2 SE" if abs(diff) <= tol + 1e-12 else "differs"
+    return {"diff": diff, "combined_se": se_c, "tolerance": tol, "verdict": verdict}
+
+
+def cell_frame(results: pd.DataFrame, flavour: str, table: Table) -> pd.DataFrame:
+    """One row per (dataset, row, metric) of ``table``: ours (display units) next to the paper."""
+    res = results[results["flavour"] == flavour]
+    ours = {
+        (r.dataset, r.objective, r.recalibrator, r.metric): (r.mean, r.se, r.n)
+        for r in res.itertuples(index=False)
+    }
+    paper = _paper_numbers()
+    paper = paper[paper["table"] == table.name]
+    pap = {(r.dataset, r.row, r.metric): (r.mean, r.se) for r in paper.itertuples(index=False)}
+    recs = []
+    for ds in table.datasets:
+        for row in table.rows:
+            for met in table.metrics:
+                m, s, n = ours.get((ds, row.objective, row.recalibrator, met.name), (np.nan, np.nan, np.nan))
+                pm, ps = pap.get((ds, row.key, met.paper), (np.nan, np.nan))
+                m, s = float(m) * met.scale, float(s) * met.scale
+                s_p = np.nan if table.means_only else ps
+                recs.append({
+                    "flavour": flavour, "table": table.name, "paper_table": table.number, "dataset": ds,
+                    "row": row.key, "objective": row.objective, "recalibrator": row.recalibrator,
+                    "metric": met.name, "ours_mean": m, "ours_se": s, "ours_n": n,
+                    "paper_mean": pm, "paper_se": s_p,
+                    **compare_cell(m, s, pm, s_p),
+                })  # fmt: skip
+    return pd.DataFrame.from_records(recs)
+
+
+def comparison_frame(results: pd.DataFrame, flavour: str) -> pd.DataFrame:
+    results = normalise_results(results)
+    return pd.concat([cell_frame(results, flavour, t) for t in TABLES.values()], ignore_index=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(x: float, decimals: int = DECIMALS) -> str:
+    s = f"{x:.{decimals}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0.0 else s  # no "-0.000"
+
+
+def best_mask(values: Sequence[float], lower_is_better: bool, decimals: int = DECIMALS) -> list[bool]:
+    """True for every entry whose printed mean ties the best printed mean (NaN never bold)."""
+    printed = [np.nan if is_missing(v) or math.isnan(v) else float(fmt(v, decimals)) for v in values]
+    finite = [p for p in printed if not math.isnan(p)]
+    if not finite:
+        return [False] * len(values)
+    best = min(finite) if lower_is_better else max(finite)
+    return [(not math.isnan(p)) and p == best for p in printed]

@@ -1,0 +1,365 @@
+"""Paper-style result tables, paper-vs-ours comparisons and claim verdicts.
+
+Input is the tidy CSV written by the seed runner, one row per aggregated cell::
+
+    dataset, objective, recalibrator, flavour, metric, mean, se, n
+
+(``acc`` is a fraction in [0, 1]; tables show it x100 like the paper). For each flavour (``exact``
+and ``official``) this module writes
+
+* LaTeX tables laid out like the paper's Tables 3-7 (``table3_regression_<fl>.tex`` ...), plus a
+  standalone document ``tables_<fl>.tex`` holding all five (booktabs + multirow);
+* ``comparison_<fl>.csv`` / ``comparison_<fl>.md``: ours next to the paper's published numbers for
+  every (table, dataset, row, metric) with a verdict per cell;
+
+and once, ``claims.md``: a verdict per claim of the paper's text under both flavours (and on the
+paper's own numbers, as a sanity check of how each claim is encoded).
+
+Definitions
+-----------
+Bold (LaTeX): within one dataset block (Table 3: all four rows, Tables 4/5: all four objectives,
+Table 6: all sample sizes, Table 7: both kernels), per column, every entry whose mean *as printed*
+(3 decimals, accuracy in %) equals the best printed mean: highest for accuracy, lowest for every
+other metric (including KCE, which can be negative, as in the paper).
+
+Cell verdict: with ``diff = ours - paper`` and the combined standard error
+``se_c = sqrt(se_ours^2 + se_paper^2)``, "within 2 SE" if ``|diff| <= 2 se_c`` else "differs".
+Where the paper gives no SE (Table 6) ``se_paper = 0``, i.e. only our SE counts; a missing SE of
+ours (a single seed) likewise counts as 0. "not run": no mean of ours; "no paper value": the paper
+has no number for that cell. Note the paper prints SEs rounded to 3 decimals, so a printed 0.000
+enters as 0.
+
+Claim verdicts (:mod:`kcal.publish.claims`) and the cells with their verdicts (:mod:`kcal.publish.table_cells`) live in
+their own modules; this one renders them and is the command line (``kcal tables``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kcal.publish.claims import claims_markdown, claims_summary, profile_note
+from kcal.publish.table_cells import (
+    CLASSIFICATION,
+    FLAVOUR_CAPTION,
+    FLAVOUR_LABEL,
+    FLAVOURS,
+    MISSING_MD,
+    MISSING_TEX,
+    REGRESSION,
+    TABLES,
+    Table,
+    best_mask,
+    cell_frame,
+    comparison_frame,
+    dataset_info,
+    fmt,
+    is_missing,
+    load_results,
+    normalise_results,
+)
+
+__all__ = [
+    "comparison_markdown",
+    "latex_table",
+    "main",
+    "write_tables",
+]  # the cells: kcal.publish.table_cells; claims: kcal.publish.claims
+
+
+# --------------------------------------------------------------------------------------------------
+# LaTeX
+
+
+def _tex_cell(mean: float, se: float, bold: bool, means_only: bool) -> str:
+    if math.isnan(mean):
+        return MISSING_TEX
+    body = fmt(mean) if means_only or math.isnan(se) else f"{fmt(mean)} $\\pm$ {fmt(se)}"
+    return f"\\textbf{{{body}}}" if bold else body
+
+
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def _tex_escape(s: str) -> str:
+    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in s)
+
+
+def _seed_phrase(cells: pd.DataFrame) -> str:
+    ns = sorted({int(n) for n in cells["ours_n"] if not is_missing(n) and not math.isnan(n)})
+    if not ns:
+        return "no results of ours"
+    return f"{ns[0]} seeds" if len(ns) == 1 else f"{ns[0]}--{ns[-1]} seeds"
+
+
+def _dataset_tex(ds: str, table: Table, inline: bool = False) -> str:
+    info = dataset_info(ds)
+    name = f"\\textsc{{{_tex_escape(ds)}}}"
+    parts = [f"$n={info['n']}$", f"$d={info['d']}$"] if info["n"] is not None else []
+    if info["n"] is not None and table.name.startswith("classification") and info["m"] is not None:
+        parts.append(f"$m={info['m']}$")
+    if inline:
+        lines = [name] + ([f"({', '.join(parts)})"] if parts else [])
+    else:
+        lines = [name] + [f"\\quad{p}" for p in parts]
+    return "\\begin{tabular}[c]{@{}l@{}}" + "\\\\ ".join(lines) + "\\end{tabular}"
+
+
+def _caption(table: Table, flavour: str, cells: pd.DataFrame) -> str:
+    unit = "mean" if table.means_only else "mean $\\pm$ standard error"
+    classification = table.name.startswith("classification")
+    parts = [
+        f"{table.caption} Ours: {unit} over {_seed_phrase(cells)}, {FLAVOUR_CAPTION.get(flavour, 'flavour ' + _tex_escape(flavour))}"
+    ]
+    if classification:
+        parts.append("accuracy in \\%")
+    parts.append(f"{MISSING_TEX} marks a cell not run")
+    if table.name != "sample_size":
+        parts.append(
+            "$n$ is the number of examples we use, $d$ the number of features"
+            + (", $m$ the number of classes" if classification else "")
+        )
+    return (
+        "; ".join(parts) + ". Bold: best per column within a dataset, ties at the printed precision included."
+    )
+
+
+def _block_table_tex(table: Table, flavour: str, cells: pd.DataFrame) -> str:
+    colspec = "@{}ll" + "c" * len(table.metrics) + "@{}"
+    if table.name == "classification_tempscaling":
+        second = (
+            r"\begin{tabular}[l]{@{}l@{}}Training Objective\\ \quad \textbf{with Temp. Scaling}\end{tabular}"
+        )
+    elif table.name == "decision_kernel":
+        second = r"\textbf{Kernel} ($k_Y$)"
+    else:
+        second = "Training Objective"
+    header = " & ".join([r"\textbf{Dataset}", second] + [m.header for m in table.metrics]) + r" \\"
+    lines = [
+        "\\begin{table}[t]", "\\centering", "\\fontsize{8pt}{10pt}\\selectfont",
+        f"\\caption{{{_caption(table, flavour, cells)}}}",
+        f"\\label{{tab:kcal-{table.slug}-{flavour}}}",
+        f"\\begin{{tabular}}{{{colspec}}}", "\\toprule", header, "\\midrule",
+    ]  # fmt: skip
+    idx = cells.set_index(["dataset", "row", "metric"])
+    for i, ds in enumerate(table.datasets):
+        bold = {}
+        for met in table.metrics:
+            vals = [idx.loc[(ds, r.key, met.name), "ours_mean"] for r in table.rows]
+            bold[met.name] = best_mask(vals, met.lower_is_better)
+        for j, row in enumerate(table.rows):
+            first = (
+                f"\\multirow{{{len(table.rows)}}}{{*}}{{{_dataset_tex(ds, table, inline=table.name == 'decision_kernel')}}}"
+                if j == 0 else ""
+            )  # fmt: skip
+            vals = []
+            for met in table.metrics:
+                c = idx.loc[(ds, row.key, met.name)]
+                vals.append(_tex_cell(c["ours_mean"], c["ours_se"], bold[met.name][j], table.means_only))
+            lines.append(" & ".join([first, row.latex, *vals]) + r" \\")
+        lines.append("\\midrule" if i < len(table.datasets) - 1 else "\\bottomrule")
+    lines += ["\\end{tabular}", "\\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _sample_size_tex(table: Table, flavour: str, cells: pd.DataFrame, per_tabular: int = 3) -> str:
+    idx = cells.set_index(["dataset", "row", "metric"])
+    k = len(table.metrics)
+    lines = [
+        "\\begin{table}[h]", "\\centering", "\\fontsize{8.5pt}{8.5pt}\\selectfont",
+        f"\\caption{{{_caption(table, flavour, cells)}}}", f"\\label{{tab:kcal-{table.slug}-{flavour}}}",
+    ]  # fmt: skip
+    chunks = [table.datasets[i : i + per_tabular] for i in range(0, len(table.datasets), per_tabular)]
+    for chunk in chunks:
+        colspec = "c|" + "|".join(["c" * k] * len(chunk))
+        heads = [
+            f"\\multicolumn{{{k}}}{{c{'|' if j < len(chunk) - 1 else ''}}}{{\\textsc{{{_tex_escape(ds)}}}}}"
+            for j, ds in enumerate(chunk)
+        ]
+        rules = " ".join(f"\\cmidrule(lr){{{2 + j * k}-{1 + (j + 1) * k}}}" for j in range(len(chunk)))
+        sub = [r"\textbf{\# Samples}"] + [m.short for _ in chunk for m in table.metrics]
+        lines += [f"\\begin{{tabular}}{{{colspec}}}", "\\toprule", " & ".join(["", *heads]) + r" \\", rules,
+                  " & ".join(sub) + r" \\", "\\midrule"]  # fmt: skip
+        bold = {
+            (ds, m.name): dict(zip([r.key for r in table.rows],
+                                   best_mask([idx.loc[(ds, r.key, m.name), "ours_mean"] for r in table.rows],
+                                             m.lower_is_better), strict=True))
+            for ds in chunk for m in table.metrics
+        }  # fmt: skip
+        for row in table.rows:
+            vals = [
+                _tex_cell(
+                    idx.loc[(ds, row.key, m.name), "ours_mean"], np.nan, bold[(ds, m.name)][row.key], True
+                )
+                for ds in chunk
+                for m in table.metrics
+            ]
+            lines.append(" & ".join([row.latex, *vals]) + r" \\")
+        lines += ["\\bottomrule", "\\end{tabular}"]
+        if chunk is not chunks[-1]:
+            lines.append("")
+    lines.append("\\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def latex_table(results: pd.DataFrame, flavour: str, table: Table | str) -> str:
+    table = TABLES[table] if isinstance(table, str) else table
+    cells = cell_frame(normalise_results(results), flavour, table)
+    return (
+        _sample_size_tex(table, flavour, cells)
+        if table.name == "sample_size"
+        else _block_table_tex(table, flavour, cells)
+    )
+
+
+STANDALONE_PREAMBLE = r"""\documentclass{article}
+\usepackage[T1]{fontenc}
+\usepackage[margin=2cm]{geometry}
+\usepackage{booktabs}
+\usepackage{multirow}
+\begin{document}
+"""
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown / CSV comparison
+
+
+def _md_num(x: float, signed: bool = False) -> str:
+    if is_missing(x) or math.isnan(x):
+        return MISSING_MD
+    s = fmt(x)
+    return ("+" + s) if signed and not s.startswith("-") and float(s) != 0 else s
+
+
+def comparison_markdown(comp: pd.DataFrame, flavour: str) -> str:
+    out = [
+        f"# Ours vs the paper — flavour `{flavour}` ({FLAVOUR_LABEL.get(flavour, flavour)})",
+        "",
+        "Ours: mean and standard error of the mean over seeds (`n`). Accuracy in % (ours ×100). "
+        "diff = ours − paper. Verdict: **within 2 SE** if |diff| ≤ 2·sqrt(se_ours² + se_paper²) "
+        "(the combined SE), else **differs**; where the paper gives no SE (Table 6) only our SE counts "
+        "(a missing SE counts as 0). **not run**: no result of ours; **no paper value**: the paper has "
+        "no number for that cell. The paper's SEs are printed to 3 decimals, so its 0.000 enters as 0.",
+        "",
+    ]
+    for t in TABLES.values():
+        sub = comp[comp["table"] == t.name]
+        counts = sub["verdict"].value_counts()
+        summary = ", ".join(
+            f"{v}: {int(counts.get(v, 0))}" for v in ("within 2 SE", "differs", "not run", "no paper value")
+        )
+        out += [f"## Table {t.number} — {t.name}", "", summary, "",
+                "| dataset | row | metric | ours | ours SE | n | paper | paper SE | diff | verdict |",
+                "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+        for r in sub.itertuples(index=False):
+            n = MISSING_MD if is_missing(r.ours_n) or math.isnan(r.ours_n) else str(int(r.ours_n))
+            out.append(
+                f"| {r.dataset} | {r.row} | {t.metric(r.metric).paper} | {_md_num(r.ours_mean)} | {_md_num(r.ours_se)} "
+                f"| {n} | {_md_num(r.paper_mean)} | {_md_num(r.paper_se)} | {_md_num(r.diff, signed=True)} | {r.verdict} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def _flavours(results: pd.DataFrame) -> list[str]:
+    """Both paper flavours always (an absent one renders as "not run"), then any extra ones."""
+    return list(FLAVOURS) + sorted(set(results["flavour"]) - set(FLAVOURS))
+
+
+def write_tables(
+    results_csv: Path | str,
+    out_dir: Path | str,
+    echo_claims: bool = True,
+    profile: str | None = None,
+    csv: bool = True,
+) -> dict[str, Path]:
+    """Write every table, comparison and the claims file; return ``{name: path}``. Every caption and
+    the claims state ``profile`` (the reproduction profile that produced ``results_csv``). Without
+    ``csv`` the comparisons are written as Markdown only.
+
+    With ``echo_claims`` the claims summary is also printed, so every command that ends a
+    reproduction (``kcal.orchestrate.reproduce``, ``kcal.publish.tables``) shows it."""
+    results = load_results(results_csv)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    known = set(REGRESSION + CLASSIFICATION)
+    ignored = sorted(set(results["dataset"]) - known)
+    if ignored:
+        print(
+            f"kcal tables: ignoring datasets not in the paper's tables: {', '.join(ignored)}",
+            file=sys.stderr,
+        )
+    flavours = _flavours(results)
+    written: dict[str, Path] = {}
+
+    def put(key: str, name: str, text: str) -> None:
+        if name.endswith(".tex"):  # every caption states the profile
+            text = text.replace("\\caption{", "\\caption{" + _tex_escape(profile_note(profile)) + " ")
+        elif name.startswith("comparison") and name.endswith(".md"):
+            text = f"*{profile_note(profile)}*\n\n{text}"
+        path = out_dir / name
+        path.write_text(text, encoding="utf-8")
+        written[key] = path
+
+    for fl in flavours:
+        texs = []
+        for t in TABLES.values():
+            tex = latex_table(results, fl, t)
+            texs.append(tex)
+            put(f"{t.slug}_{fl}", f"{t.slug}_{fl}.tex", tex)
+        put(f"tables_{fl}", f"tables_{fl}.tex", STANDALONE_PREAMBLE + "\n".join(texs) + "\\end{document}\n")
+        comp = comparison_frame(results, fl)
+        put(f"comparison_{fl}_md", f"comparison_{fl}.md", comparison_markdown(comp, fl))
+        if csv:
+            put(f"comparison_{fl}_csv", f"comparison_{fl}.csv", comp.to_csv(index=False, float_format="%.6g"))
+    put("claims", "claims.md", claims_markdown(results, flavours, profile))
+    if echo_claims:
+        print(f"\nClaims (also in {written['claims']}); {profile_note(profile)}")
+        for line in claims_summary(results, flavours, profile):
+            print(f"- {line}")
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kcal tables", description=__doc__.split("\n")[0])
+    p.add_argument("--results", required=True, type=Path, help="tidy aggregated results CSV")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument(
+        "--profile", default=None, help="the profile that produced the results (full, quick, smoke)"
+    )
+    args = p.parse_args(argv)
+    written = write_tables(args.results, args.out, echo_claims=False, profile=args.profile)
+    print(f"kcal tables: wrote {len(written)} files to {args.out}")
+    for name, path in written.items():
+        print(f"  {name}: {path}")
+    results = load_results(args.results)
+    print(f"\nClaims (also in {written['claims']}); {profile_note(args.profile)}")
+    for line in claims_summary(results, _flavours(results), args.profile):
+        print(f"- {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

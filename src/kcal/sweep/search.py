@@ -1,0 +1,285 @@
+"""Optuna TPE sweep over one (dataset, objective): ``kcal sweep dataset=crime objective=nll_mmd``.
+
+* The study lives in a database (:mod:`kcal.sweep.studies`: default SQLite ``<root>/sweeps.db``, or any
+  SQLAlchemy URL), so re-running the command resumes it and several workers, started independently
+  on one or more machines, share it. All stop once the study holds ``sweep.n_trials`` *finished*
+  trials (completed, or failed for a reason of their own: :func:`kcal.sweep.studies.counted`).
+* A trial is one :func:`kcal.run.train.run` with overrides sampled from ``hparams_search``. Its value:
+  regression, validation NLL of the selected checkpoint (minimised); classification, validation
+  accuracy with ties broken by validation ECE, as one lexicographic number
+  ``acc - ece / (n_val + 1)`` (accuracy moves in steps of 1/n_val and ECE is at most 1, so this
+  orders exactly by accuracy first, then lower ECE), maximised. With ``sweep.selection=pareto`` the
+  study is multi-objective instead, a study of its own (:mod:`kcal.sweep.selection`: its metrics, its front
+  and which front trial is selected); its trials go to ``<objective>/sweep__pareto/``.
+* Every trial records whether the regulariser acted: the user attributes ``reg_share_median`` and
+  ``reg_share_at_best``, the median over epochs of ``history.csv``'s ``train/reg_share`` and its value
+  at the best epoch.
+* A diverged run or an invalid sampled config (e.g. a batch larger than the training split) is stored
+  as a failed trial with its reason, and the sweep goes on.
+* A worker killed mid-trial, on any machine, stops sending its trial's heartbeat (Optuna's
+  ``heartbeat_interval``); once ``grace_period`` has passed, any worker on the study fails that trial
+  and Optuna's retry callback re-queues its parameters, which the next free worker runs (a worker killed
+  before its trial's first heartbeat too: :func:`kcal.sweep.studies.fail_stale`). A trial
+  left behind this way, and a surplus trial (two workers racing for the last slot), is not counted.
+  A worker whose remaining slots are all held by running trials waits for them (or for their
+  heartbeats to go stale), so ``sweep`` returns with the study complete.
+* Several workers: TPE with ``constant_liar`` (running trials count as bad results while they run),
+  and worker ``w`` seeds its sampler with ``sampler_seed + w``.
+* One line per finished trial on stderr, whether or not it is a terminal.
+
+Why not hydra-optuna-sweeper: its stable release pins optuna<3 and fails with SQLAlchemy 2, and a
+Hydra sweeper cannot resume a study or share it between independently started workers. Hydra
+launchers still start the workers: ``kcal sweep -m hydra/launcher=submitit_slurm
+sweep.worker=0,1,2,3 sweep.storage=postgresql://...`` runs four jobs on one study.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import optuna
+from omegaconf import DictConfig
+from optuna.trial import TrialState
+
+from kcal.configs import CONFIG_PATH
+from kcal.core import layout
+from kcal.core.errors import ConfigError, IncompleteError, exits_on_config_error
+from kcal.core.progress import Progress
+from kcal.core.storage_url import keeps_password_off_disk, masked
+from kcal.data import get_spec
+from kcal.data.splits import split_sizes
+from kcal.sweep.search_space import apply, sample, search_space, settings
+from kcal.sweep.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
+from kcal.sweep.studies import (
+    STARTED,
+    STATUS,
+    best_trial,
+    best_value,
+    counted,
+    fail_stale,
+    grace_s,
+    no_usable_trial,
+    open_checked_study,
+    storage_url,
+    sweep_dir,
+)
+
+SETTINGS = "settings"  # user attr: config path -> value, where shared or derived entries make it differ from the params
+
+
+class TrialFailed(Exception):
+    """A trial that finished without a usable value (diverged, invalid config)."""
+
+
+def trial_value(metrics: dict, task: str, n_val: int) -> float:
+    if task == "regression":
+        return float(metrics["val/nll"])
+    return float(metrics["val/acc"]) - float(metrics["val/ece"]) / (n_val + 1)
+
+
+def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
+    """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
+    in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
+    path = run_dir / layout.HISTORY_FILE
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        shares = {int(row["epoch"]): float(row["train/reg_share"]) for row in csv.DictReader(f)
+                  if row.get("train/reg_share")}  # fmt: skip
+    out = {"reg_share_median": statistics.median(shares.values())} if shares else {}
+    if best_epoch is not None and int(best_epoch) in shares:
+        out["reg_share_at_best"] = shares[int(best_epoch)]
+    return out
+
+
+def run_trial(
+    cfg: DictConfig, study: optuna.Study, space: dict, sweep_folder: Path
+) -> optuna.trial.FrozenTrial:
+    """Ask, train, tell: one trial into ``sweep_folder``'s ``trials/``, stored as complete or failed with its
+    reason (Optuna's ``optimize`` of one trial, which keeps the trial's heartbeat while it trains)."""
+    numbers = []
+
+    def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
+        numbers.append(trial.number)
+        trial.set_user_attr(STARTED, trial.number)
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("pid", os.getpid())
+        finished, _ = counted(study)
+        earlier_running = sum(t.state == TrialState.RUNNING and t.number < trial.number
+                              for t in study.get_trials(deepcopy=False))  # fmt: skip
+        if finished + earlier_running >= int(cfg.sweep.n_trials):
+            trial.set_user_attr(STATUS, "surplus")
+            raise TrialFailed("surplus: the study already has its trials")
+        params = sample(trial, space)
+        applied = settings(cfg, params)
+        if applied != params:  # shared or derived entries: record the config values the params stand for
+            trial.set_user_attr(SETTINGS, applied)
+        out = layout.trial_dir(sweep_folder, trial.number)
+        trial_cfg = apply(cfg, params)
+        trial_cfg.trainer.progress_bar = False
+        trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
+        trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
+        trial_cfg.logger = None  # a Lightning logger would repeat history.csv
+        trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
+        trial.set_user_attr("run_dir", str(out))
+        # imported here: a pool's parent imports this module and trains nothing (Lightning: ~3 s to import)
+        from kcal.run import run
+
+        try:
+            metrics = run(trial_cfg, out)
+            for key, share in reg_share(out, metrics.get("best_epoch")).items():
+                trial.set_user_attr(key, share)
+            if metrics["status"] != "ok":
+                raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
+            if selection_of(cfg) == "paper":
+                value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
+            else:
+                value = pareto_values(metrics, metrics_task(cfg))
+        except (TrialFailed, ConfigError) as exc:
+            trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
+            trial.set_user_attr("fail_reason", str(exc))
+            raise TrialFailed(str(exc)) from exc
+        finally:
+            if not cfg.sweep.keep_checkpoints:
+                shutil.rmtree(layout.checkpoint_file(out).parent, ignore_errors=True)
+        for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
+            if key in metrics:
+                trial.set_user_attr(key, metrics[key])
+        trial.set_user_attr(STATUS, "ok")
+        return value
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is reported by the progress line
+    try:
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == numbers[-1])
+
+
+def metrics_task(cfg: DictConfig) -> str:
+    return get_spec(cfg.dataset.name).task
+
+
+def _n_val(cfg: DictConfig) -> int:
+    return split_sizes(get_spec(cfg.dataset.name).n_used)[1]
+
+
+def overrides(trial: optuna.trial.FrozenTrial) -> list[str]:
+    """The ``key=value`` config overrides a trial's parameters stand for."""
+    return [f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
+            for k, v in trial.user_attrs.get(SETTINGS, trial.params).items()]  # fmt: skip
+
+
+def write_best(study: optuna.Study, sweep_folder: Path) -> Path:
+    """``best.json``: the selected trial; for a pareto study also ``front.json``, every front trial
+    (selected one first) with its values by metric name, params, overrides and user attributes."""
+    best = best_trial(study)
+    info = {"study": study.study_name, "trial": best.number, "value": value_of(best), "params": best.params,
+            "overrides": overrides(best), "user_attrs": best.user_attrs}  # fmt: skip
+    sweep_folder.mkdir(parents=True, exist_ok=True)
+    if is_pareto(study):
+        info = {"selection": "pareto", "metrics": study.metric_names, **info}
+        rows = [{"trial": t.number, "values": dict(zip(study.metric_names, t.values, strict=True)),
+                 "params": t.params, "overrides": overrides(t), "user_attrs": t.user_attrs}
+                for t in front(study)]  # fmt: skip
+        record = {"study": study.study_name, "selected": best.number, "front": rows}
+        (sweep_folder / layout.FRONT_FILE).write_text(json.dumps(record, indent=1, default=str) + "\n")
+    path = sweep_folder / layout.BEST_FILE
+    path.write_text(json.dumps(info, indent=1, default=str) + "\n")
+    return path
+
+
+def trial_line(cfg: DictConfig, trial: optuna.trial.FrozenTrial, study: optuna.Study) -> str:
+    """``trial 37/100 done in 41 s, val_nll -0.71, best -0.78`` (or the reason it failed)."""
+    finished, _ = counted(study)
+    seconds = (
+        (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
+    )
+    if trial.state == TrialState.COMPLETE and is_pareto(study):
+        result = describe(study, trial)
+    elif trial.state == TrialState.COMPLETE:
+        name = "val_nll" if metrics_task(cfg) == "regression" else "val_acc"
+        result = f"{name} {trial.value:.4g}"
+    else:
+        result = (
+            f"{trial.user_attrs.get(STATUS, 'failed')}: {trial.user_attrs.get('fail_reason', '')}".rstrip(
+                ": "
+            )
+        )
+    best = best_value(study)
+    shown = "-" if best is None else f"{best:.4g}"
+    if best is not None and is_pareto(study):
+        shown = summary(study)
+    return (f"trial {min(finished, int(cfg.sweep.n_trials))}/{cfg.sweep.n_trials} (#{trial.number}) done in "
+            f"{seconds:.0f} s, {result}, best {shown}")  # fmt: skip
+
+
+def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
+    """Run trials until the study holds ``n_trials`` finished ones; return the study.
+
+    ``progress``: the whole run's progress (e.g. the reproduction's); default: this study's.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = search_space(cfg)
+    study = open_checked_study(cfg)
+    folder = sweep_dir(cfg)
+    n_trials = int(cfg.sweep.n_trials)
+    tag = f"{cfg.dataset.name}/{cfg.objective.name}"
+    own = progress is None
+    if own:
+        progress = Progress(n_trials, "study", done=min(counted(study)[0], n_trials))
+    poll = min(int(cfg.sweep.heartbeat_interval), 10)
+    waiting = False
+    while True:
+        fail_stale(study, cfg)
+        finished, running = counted(study)
+        if finished >= n_trials:
+            break
+        if finished + running >= n_trials:  # the other slots are held by running trials: wait for them
+            if not waiting:
+                grace = grace_s(cfg)
+                print(f"[{tag}] {finished}/{n_trials} finished; waiting for {running} trial(s) running elsewhere "
+                      f"(a dead worker's trial is retried {grace} s after its last heartbeat)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            waiting = True
+            time.sleep(poll)
+            continue
+        waiting = False
+        trial = run_trial(cfg, study, space, folder)
+        now, _ = counted(study)
+        progress.advance(max(0, min(now, n_trials) - finished), f"[{tag}] {trial_line(cfg, trial, study)}")
+    if best_value(study) is not None:
+        write_best(study, folder)
+    if own:
+        progress.finish(f"[{tag}] {n_trials} trials finished")
+    return study
+
+
+@keeps_password_off_disk
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="sweep")
+@exits_on_config_error
+def main(cfg: DictConfig) -> None:
+    study = sweep(cfg)
+    finished, running = counted(study)
+    best = best_value(study)
+    if best is None and finished:
+        raise IncompleteError(no_usable_trial(study))
+    shown = f"best value {best if best is not None else '-'}"
+    if best is not None and is_pareto(study):
+        shown = f"selected {summary(study)}"
+    print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); {shown}; "
+          f"storage {masked(storage_url(cfg))}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The measurement programs the README and docs/results/bench/README.md quote (``python -m kcal.bench.<name>``,
+``python -m kcal.publish.trial_range``) run, and print what they say."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ..data.conftest import needs
+
+
+@needs("crime")
+def test_epoch_ratio_prints_both_epochs_and_the_pair_ratio():
+    out = subprocess.run([sys.executable, "-m", "kcal.bench.epoch_ratio", "crime", "1"],
+                         capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    assert re.search(r"crime: nll [\d.]+ ms/epoch, nll_mmd [\d.]+ ms/epoch; ratio median [\d.]+x", out.stdout)
+
+
+@needs("crime")
+def test_compile_step_times_eager_and_compiled_steps():
+    out = subprocess.run([sys.executable, "-m", "kcal.bench.compile_step", "crime", "1"],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    if out.returncode and re.search(r"CppCompileError|InvalidCxxCompiler|Python\.h", out.stderr):
+        pytest.skip(
+            "torch.compile's CPU code generator has no working C++ toolchain here (.ci/run installs g++)"
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for obj in ("nll", "nll_mmd"):
+        assert re.search(
+            rf"  {obj}: eager [\d.]+ ms/step, compiled [\d.]+ ms/step: compiled is [\d.]+x", out.stdout
+        )
+    assert re.search(r"MMD overhead \(nll_mmd / nll\): eager [\d.]+x, compiled [\d.]+x", out.stdout)
+
+
+@needs("crime")
+def test_stack_epoch_times_training_and_validation_apart():
+    cmd = [sys.executable, "-m", "kcal.bench.stack_epoch", "crime", "nll_mmd", "3", "dataset.max_train_rows=128",
+           "--repeats=1"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    assert re.search(r"crime nll_mmd x3 dataset.max_train_rows=128: train [\d.]+ s/epoch, validation [\d.]+ s/epoch",
+                     out.stdout)  # fmt: skip
+
+
+def test_trial_range_places_values_among_the_trials_test_metrics(tmp_path):
+    trials = tmp_path / "adult" / "xe" / "sweep" / "trials"
+    for n, acc in enumerate([0.80, 0.84, 0.85, 0.83]):
+        (trials / f"trial_{n:04d}").mkdir(parents=True)
+        (trials / f"trial_{n:04d}" / "metrics.json").write_text(json.dumps({"status": "ok", "test/acc": acc}))
+    (trials / "trial_0004").mkdir()
+    (trials / "trial_0004" / "metrics.json").write_text(json.dumps({"status": "failed", "test/acc": 0.99}))
+    (trials.parent / "best.json").write_text(json.dumps({"trial": 2}))
+    cmd = [
+        sys.executable,
+        "-m",
+        "kcal.publish.trial_range",
+        str(tmp_path),
+        "adult",
+        "xe",
+        "test/acc",
+        "0.845",
+        "0.9",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.splitlines() == [
+        "adult/xe",
+        "  test/acc over 4 finished trials: min 0.8000, median 0.8350, max 0.8500",
+        "  the selected trial #2: 0.8500 (above 3)",
+        "  0.845 is above 3 of 4 trials (inside their range)",
+        "  0.9 is above 4 of 4 trials (outside their range)",
+    ]
+    missing = subprocess.run([*cmd[:6], "test/ece", "0.1"], capture_output=True, text=True, timeout=60)
+    assert (
+        missing.returncode == 1
+        and missing.stderr.count("\n") == 1
+        and "no finished trial with test/ece" in missing.stderr
+    )

@@ -1,0 +1,288 @@
+"""kcal.run.stacked: K seeds trained as one batched model equal K single ``kcal.run.run`` calls."""
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from kcal.core import random_streams
+from kcal.models import build_model
+from kcal.objectives import Objective
+from kcal.run import engine as E
+from kcal.run import run, setup
+from kcal.run import stacked as V
+from kcal.run import stacked_net as N
+
+from ..common import compose_cfg
+from ..data.conftest import needs
+
+needs_data = needs("crime", "breast-cancer")
+SMALL = ["trainer.progress_bar=false", "save_checkpoint=true", "model.widths=[16,16,16]", "++figures=false"]
+CRIME = ["dataset=crime", "dataset.max_train_rows=256"]
+CANCER = ["dataset=breast-cancer", "dataset.max_train_rows=200"]
+SEEDS = [0, 1, 2]
+
+
+def cfg_for(*overrides):
+    return compose_cfg("train", *SMALL, *overrides)
+
+
+def numbers(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def assert_close(a: float, b: float, key: str, tol: float = 1e-5):
+    if isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), key
+        return
+    assert abs(a - b) <= tol * max(1.0, abs(b)), (key, a, b)
+
+
+def history(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def check_equivalent(cfg, tmp_path, seeds=SEEDS, chunk_size=None):
+    """train_stacked over ``seeds`` equals separate kcal.run.run calls; returns both metrics lists."""
+    vec = V.train_stacked(
+        cfg, seeds, [tmp_path / f"v{s}" for s in seeds], chunk_size=chunk_size, progress=False
+    )
+    single = [run(V.member_config(cfg, s), tmp_path / f"s{s}") for s in seeds]
+    for s, a, b in zip(seeds, vec, single, strict=True):
+        assert a.keys() == b.keys(), set(a) ^ set(b)
+        assert (
+            a["status"] == b["status"]
+            and a["epochs"] == b["epochs"]
+            and a.get("best_epoch") == b.get("best_epoch")
+        )
+        for key, value in numbers(b).items():
+            assert_close(a[key], value, key)
+        assert {k: v for k, v in a.items() if k not in numbers(a)} == {
+            k: v for k, v in b.items() if k not in numbers(b)
+        }
+        assert json.loads((tmp_path / f"v{s}" / "metrics.json").read_text()) == a
+        assert OmegaConf.load(tmp_path / f"v{s}" / "config.yaml").seed == s
+        for name in ("history.csv", "run.json"):
+            assert (tmp_path / f"v{s}" / name).is_file(), name
+        ha, hb = history(tmp_path / f"v{s}" / "history.csv"), history(tmp_path / f"s{s}" / "history.csv")
+        assert len(ha) == len(hb) and ha[0].keys() == hb[0].keys()
+        for ra, rb in zip(ha, hb, strict=True):
+            for key in rb:
+                if rb[key]:
+                    assert_close(float(ra[key]), float(rb[key]), f"history {key} epoch {rb['epoch']}")
+        if a["status"] == "ok":
+            assert (tmp_path / f"v{s}" / "predictions.npz").is_file()
+            state = torch.load(tmp_path / f"v{s}" / "checkpoints" / "best.pt")
+            single_state = torch.load(tmp_path / f"s{s}" / "checkpoints" / "best.pt")
+            for key, value in state.items():
+                assert torch.allclose(value.double(), single_state[key].double(), atol=1e-6)
+    return vec, single
+
+
+@needs_data
+def test_nll_on_crime_in_chunks_equals_single_runs(tmp_path):
+    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=4", "trainer.min_epochs=0")
+    check_equivalent(cfg, tmp_path, chunk_size=2)
+
+
+@needs_data
+def test_nll_mmd_with_early_stopping_at_different_epochs(tmp_path):
+    cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=15", "trainer.min_epochs=2", "trainer.patience=1",
+                  "trainer.lr=0.01")  # fmt: skip
+    vec, _ = check_equivalent(cfg, tmp_path)
+    assert len({m["epochs"] for m in vec}) > 1  # the members really stopped at different epochs
+
+
+@needs_data
+def test_min_epochs_keeps_training_after_early_stopping_asks_to_stop(tmp_path):
+    # patience 1 asks to stop early; Lightning keeps going until min_epochs (the request is never reset)
+    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=12", "trainer.min_epochs=5", "trainer.patience=1",
+                  "trainer.lr=0.01", "model.batchnorm=true", "trainer.log_dce=false")  # fmt: skip
+    vec, _ = check_equivalent(cfg, tmp_path, seeds=[0, 1])
+    assert all(m["epochs"] >= 5 for m in vec)
+
+
+@needs_data
+def test_xe_mmd_on_breast_cancer(tmp_path):
+    cfg = cfg_for(*CANCER, "objective=xe_mmd", "trainer.max_epochs=4", "trainer.min_epochs=0")
+    check_equivalent(cfg, tmp_path)
+
+
+@needs_data
+def test_xe_with_batchnorm_on_breast_cancer(tmp_path):
+    cfg = cfg_for(*CANCER, "objective=xe", "model.batchnorm=true", "trainer.max_epochs=6", "trainer.min_epochs=0",
+                  "trainer.patience=2")  # fmt: skip
+    check_equivalent(cfg, tmp_path)
+
+
+@needs_data
+def test_a_diverging_member_does_not_change_the_others(tmp_path, monkeypatch):
+    real_build = setup.build
+
+    def build(prep, seed):  # seed 1 starts with a blown-up head: its loss is non-finite from the first step
+        model = real_build(prep, seed)
+        if seed == 1:
+            with torch.no_grad():
+                model.head.weight.mul_(1e30)
+        return model
+
+    monkeypatch.setattr(setup, "build", build)
+    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=4", "trainer.min_epochs=2",
+                  "trainer.gradient_clip_val=null")  # fmt: skip
+    vec, single = check_equivalent(cfg, tmp_path)  # the diverged member too: same status, same epoch
+    assert [m["status"] for m in vec] == ["ok", "diverged", "ok"]
+    assert vec[1]["epochs"] == 2 and vec[0]["epochs"] == 4  # the NaN member trained to min_epochs, alone
+    monkeypatch.setattr(setup, "build", real_build)
+    healthy = V.train_stacked(cfg, [0, 2], [tmp_path / "h0", tmp_path / "h2"], progress=False)
+    assert [numbers(m) for m in healthy] == [numbers(vec[0]), numbers(vec[2])]  # bit for bit
+
+
+def test_clean_protocol_falls_back_to_sequential_runs(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(V, "run", lambda cfg, out: calls.append((cfg.seed, out)) or {"seed": cfg.seed})
+    cfg = cfg_for("dataset=crime", "dataset.protocol=clean")
+    out = V.train_stacked(cfg, [3, 4], [tmp_path / "a", tmp_path / "b"], progress=False)
+    assert out == [{"seed": 3}, {"seed": 4}] and calls == [(3, tmp_path / "a"), (4, tmp_path / "b")]
+    assert cfg.seed == 0  # the caller's config is untouched
+
+
+@pytest.mark.parametrize(("task", "d", "m", "widths", "batchnorm"),
+                         [("regression", 102, None, [64, 64, 64], False), ("classification", 16, 7, [8, 8, 8], True),
+                          ("classification", 30, 2, [16, 16, 16], True)])  # fmt: skip
+def test_stacked_network_is_bit_identical_to_single_models(task, d, m, widths, batchnorm):
+    k = 3
+    models = [
+        random_streams.init_with_seed(s, lambda: build_model("auto", task, d, m, widths, batchnorm))
+        for s in range(k)
+    ]
+    net = N.StackedMLP(models)
+    objective = Objective("x", task)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(k, 64, d, generator=gen)
+    y = (
+        torch.randn(k, 64, generator=gen)
+        if task == "regression"
+        else torch.randint(0, m, (k, 64), generator=gen)
+    )
+    torch.func.vmap(objective.base)(net(x), y).sum().backward()
+    total = N.clip_grad_norm_per_member(net.parameters(), 0.5)
+    for i, model in enumerate(models):
+        objective.base(model(x[i]), y[i]).backward()
+        assert torch.equal(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5), total[i])
+        for name, p in model.named_parameters():
+            assert torch.equal(p.grad, net.params[name].grad[i]), name
+        for name, b in model.named_buffers():  # BatchNorm running statistics
+            assert torch.equal(b, net.buffers[name][i]), name
+    net.training = False
+    for rows in (57, 1):  # eval mode on shared rows, incl. a 1-row tail batch
+        xv = torch.randn(rows, d, generator=gen)
+        with torch.no_grad():
+            out_v = net(xv.unsqueeze(0).expand(k, -1, -1))
+            for i, model in enumerate(models):
+                ref = model.eval()(xv)
+                ref, got = (
+                    (torch.stack(ref), torch.stack(N.member_slice(out_v, i)))
+                    if task == "regression"
+                    else (ref, out_v[i])
+                )
+                assert torch.equal(ref, got), rows
+
+
+def test_per_member_adam_and_compaction_match_separate_optimisers():
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(8, 5), (8,)]
+    stacked = [torch.randn(4, *s, generator=gen).requires_grad_() for s in shapes]
+    alone = [[p[i].detach().clone().requires_grad_() for p in stacked] for i in range(4)]
+    cfg = OmegaConf.create({"trainer": {"lr": 1e-2, "weight_decay": 5e-4}})
+    opt = E.adam(stacked, cfg)
+    opts = [E.adam(ps, cfg) for ps in alone]  # what a single run uses
+    keep = [0, 2, 3]
+    for step in range(6):
+        grads = [torch.randn(4, *s, generator=gen) for s in shapes]
+        if step == 3:  # member 1 stops: drop it from the stack and the optimiser state
+            rows = torch.tensor(keep)
+            new = [p.detach()[rows].clone().requires_grad_() for p in stacked]
+            opt, stacked = E.compact_adam(opt, stacked, new, rows, cfg), new
+        live = keep if step >= 3 else range(4)
+        for p, g in zip(stacked, grads, strict=True):
+            p.grad = g[list(live)].clone()
+        opt.step()
+        for i in live:
+            for p, g in zip(alone[i], grads, strict=True):
+                p.grad = g[i].clone()
+            opts[i].step()
+    for pos, i in enumerate(keep):
+        for p, q in zip(stacked, alone[i], strict=True):
+            assert torch.equal(p[pos], q)
+
+
+def test_linear_plan_falls_back_per_member_where_bmm_differs():
+    # whatever the BLAS, every plan reproduces F.linear and its gradients bit for bit
+    gen = torch.Generator().manual_seed(1)
+    for o, d in ((7, 64), (2, 23), (64, 102)):
+        x = torch.randn(3, 64, d, generator=gen)
+        w = torch.randn(3, o, d, generator=gen).requires_grad_()
+        b = torch.randn(3, o, generator=gen).requires_grad_()
+        g = torch.randn(3, 64, o, generator=gen)
+        N.stacked_linear(x, w, b).backward(g)
+        for i in range(3):
+            wi, bi = w[i].detach().clone().requires_grad_(), b[i].detach().clone().requires_grad_()
+            F.linear(x[i], wi, bi).backward(g[i])
+            assert torch.equal(wi.grad, w.grad[i]) and torch.equal(bi.grad, b.grad[i]), (o, d)
+
+
+@pytest.mark.parametrize("max_norm", [1e-3, 0.5, 1e9])
+def test_the_engines_clip_is_torchs_clip_grad_norm(max_norm):
+    """kcal.run.stacked_net.clip_grad_norm (a single model's clip in the engine) gives torch's numbers."""
+    from kcal.run.stacked_net import clip_grad_norm
+
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.float64):
+        shapes = [(64, 102), (64,), (256, 64), (256,), (2, 256), (2,)]
+        grads = [torch.randn(s, generator=g, dtype=dtype) * 3 for s in shapes]
+        ours, theirs = [torch.zeros(s, dtype=dtype, requires_grad=True) for s in shapes], []
+        for p, grad in zip(ours, grads, strict=True):
+            p.grad = grad.clone()
+            theirs.append(torch.zeros_like(p, requires_grad=True))
+            theirs[-1].grad = grad.clone()
+        total = clip_grad_norm(ours, max_norm)
+        assert torch.equal(total, torch.nn.utils.clip_grad_norm_(theirs, max_norm))
+        for a, b in zip(ours, theirs, strict=True):
+            assert torch.equal(a.grad, b.grad)
+
+
+@needs_data
+def test_a_stack_gathering_its_epoch_in_chunks_equals_single_runs(tmp_path, monkeypatch):
+    """Stacked members' batches gathered (and their MMD constants built) a few steps at a time."""
+    from kcal.run import engine
+
+    monkeypatch.setattr(engine, "GATHER_ELEMENTS", 3 * 64 * 200)  # about one step of three members a chunk
+    cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=3", "trainer.min_epochs=3")
+    check_equivalent(cfg, tmp_path)
+
+
+@needs_data
+def test_a_stack_whose_batched_mmd_probe_fails_takes_its_members_one_by_one(tmp_path, monkeypatch):
+    """Where MMDStep.stack_exact's probe finds the batched MMD inexact (a GPU's kernels may be), the engine
+    computes the members' regularisers one by one, each drawing from its own generator once: the stack
+    still equals the single runs."""
+    from kcal.mmd_steps import MMDStep
+
+    calls = []
+    monkeypatch.setattr(MMDStep, "_probe", lambda self, *shape: calls.append(shape) or False)
+    cfg = cfg_for(*CRIME, "objective=nll_mmd", "trainer.max_epochs=2", "trainer.min_epochs=2")
+    check_equivalent(cfg, tmp_path)
+    assert calls  # the probe was asked
+
+
+@needs_data
+def test_nll_mmd_with_the_decision_kernel_equals_single_runs(tmp_path):
+    """Table 7's NLL + MMD (tanh): its fast path, in a stack (batched where the probe allows, else member by
+    member) as alone."""
+    cfg = cfg_for(*CRIME, "objective=nll_mmd_tanh", "trainer.max_epochs=3", "trainer.min_epochs=3")
+    check_equivalent(cfg, tmp_path)
