@@ -247,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Move a reproduction to another machine: export a root's sweep studies and finished "
         "seeds as small text files (commit them), import them into a new root there, and resume with the "
-        "same kcal.orchestrate.reproduce command and root=<that root>.",
+        "same kcal reproduce command and root=<that root>.",
         epilog="examples:\n"
         "  kcal state export outputs/reproduce/full state\n"
         "  kcal state export outputs/reproduce/full state --datasets crime blog\n"
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.state_dir} <root>", sep="\n")  # fmt: skip
     else:
         lines = import_state(args.state_dir, args.root)
-        print(*lines, f"resume with the same kcal.orchestrate.reproduce (or kcal.sweep.search / kcal.reruns.seeds) command and "
+        print(*lines, f"resume with the same kcal reproduce (or kcal sweep / kcal seeds) command and "
               f"root={args.root}", sep="\n")  # fmt: skip
 
 
