@@ -67,12 +67,13 @@ def exported(tmp_path_factory):
 def test_state_is_small_text_with_the_studies_and_their_fingerprint(exported):
     root_a, state = exported
     files = [p for p in state.rglob("*") if p.is_file()]
-    assert {p.suffix for p in files} <= {".json", ".log", ".csv", ".yaml"}, files
+    assert {p.suffix for p in files} <= {".json", ".log", ".csv", ".yaml", ".npz"}, files
     assert sum(p.stat().st_size for p in files) < 100_000
     seed_files = sorted(
         p.relative_to(state / SEEDS).as_posix() for p in (state / SEEDS).rglob("*") if p.is_file()
     )
-    assert seed_files == [f"seed{k}/{n}" for k in (0, 1) for n in ("config.yaml", "metrics.json", "run.json")]
+    names = ("config.yaml", "metrics.json", "predictions.npz", "run.json")  # the forecasts travel: reevaluate
+    assert seed_files == [f"seed{k}/{n}" for k in (0, 1) for n in names]
     for name in ("fingerprint.json", "best_trial.json", "sweep/best.json"):
         assert (state / "crime" / "nll" / name).is_file(), name
     trials_dir = state / "crime" / "nll" / "sweep" / "trials"  # each finished trial's test metrics, alone
@@ -91,6 +92,14 @@ def test_state_is_small_text_with_the_studies_and_their_fingerprint(exported):
 
 
 @needs_crime
+def test_no_predictions_leaves_the_forecasts_behind(exported, tmp_path):
+    root_a, _ = exported
+    done = run([*state_cmd("export", root_a, tmp_path / "state"), "--no-predictions"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not list((tmp_path / "state").rglob("*.npz")) and list((tmp_path / "state").rglob("metrics.json"))
+
+
+@needs_crime
 def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_path, capsys):
     root_a, state = exported
     root_b = tmp_path / "machine-b" / "root"
@@ -105,6 +114,10 @@ def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_pat
     assert re.search(r"test/nll over 2 finished trials: min \S+, median \S+, max \S+\n  the selected trial #[01]: ",
                      ranged.stdout), ranged.stdout  # fmt: skip
     assert re.search(r"0 is above [012] of 2 trials", ranged.stdout)
+    evaluated = run([sys.executable, "-m", "kcal", "reevaluate", root_b])  # from the forecasts that travelled
+    assert evaluated.returncode == 0 and "crime/nll: 2 seeds evaluated again (0 official values moved)" in (
+        evaluated.stdout
+    ), evaluated.stderr[-2000:]
     finished = {k: (root_b / SEEDS / f"seed{k}" / "metrics.json").stat().st_mtime_ns for k in (0, 1)}
 
     reproduce_in(root_b, n_trials=2, n_seeds=3)  # the study is complete; one more seed

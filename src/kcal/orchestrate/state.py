@@ -15,11 +15,13 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
 * ``<label>/fingerprint.json`` and ``best_trial.json`` of every seed rerun (its ``summary.csv`` is
   derived from the seeds, and a resumed run rebuilds it), and of
   each finished seed (one with a ``metrics.json``) ``seeds/seed<k>/metrics.json``, ``run.json`` and
-  ``config.yaml``; with ``--history`` also its ``history.csv`` (the per-epoch curves of the
-  reproduction's figures, the largest of these files);
+  ``config.yaml``, and its ``predictions.npz`` (the network's forecasts on the validation and test
+  splits, from which ``kcal reevaluate`` evaluates it again with later evaluation code; ``--no-predictions``
+  leaves them out, for a run as large as blog's); with ``--history`` also its ``history.csv`` (the
+  per-epoch curves of the reproduction's figures);
 * of each finished trial ``<objective>/sweep/trials/trial_<n>/metrics.json`` (its test metrics, which
   the study does not hold: what ``src/kcal/publish/trial_range.py`` reads to place the paper's value among a
-  study's trials; a resumed run does not need them). Checkpoints, predictions, figures, the rest of the
+  study's trials; a resumed run does not need them). Checkpoints, figures, the rest of the
   trial folders and logs stay behind.
 
 ``<state_dir>/kcal-state.json`` marks the folder as such a state. An export replaces the state of the
@@ -61,6 +63,9 @@ RERUN_FILES = (
 )  # per <dataset>/<label>/; summary.csv is rebuilt
 SEED_FILES = (layout.METRICS_FILE, layout.RUN_INFO_FILE, layout.CONFIG_FILE)  # per finished seed
 HISTORY = layout.HISTORY_FILE  # per finished seed, with --history
+PREDICTIONS = (
+    layout.PREDICTIONS_FILE
+)  # per finished seed, unless --no-predictions: what kcal reevaluate reads
 SWEEP_FILES = (
     f"{layout.sweep_folder('paper')}/{layout.BEST_FILE}",
     f"{layout.sweep_folder('pareto')}/{layout.BEST_FILE}",
@@ -94,13 +99,13 @@ def trial_counts(storage, names: list[str]) -> dict[str, int]:
     return counts
 
 
-def state_files(dataset_dir: Path, history: bool) -> list[Path]:
+def state_files(dataset_dir: Path, history: bool, predictions: bool = True) -> list[Path]:
     """The portable files under ``<root>/<dataset>/``, relative to it."""
     out = [p for name in SWEEP_FILES for p in dataset_dir.glob(f"*/{name}")]
     out += [p for name in RERUN_FILES for p in dataset_dir.glob(f"*/{name}")]
     out += list(dataset_dir.glob(f"*/{layout.FINISHED_TRIAL_GLOB}"))
     for metrics in dataset_dir.glob(f"*/{layout.FINISHED_SEED_GLOB}"):
-        names = (*SEED_FILES, HISTORY) if history else SEED_FILES
+        names = (*SEED_FILES, *((PREDICTIONS,) if predictions else ()), *((HISTORY,) if history else ()))
         out += [metrics.parent / n for n in names if (metrics.parent / n).is_file()]
     return sorted(p.relative_to(dataset_dir) for p in out)
 
@@ -125,7 +130,8 @@ def read_marker(state_dir: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None, history: bool = False) -> list[str]:  # fmt: skip
+def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None, history: bool = False,
+                 predictions: bool = True) -> list[str]:  # fmt: skip
     """Write the portable state of ``root`` (its datasets, or ``datasets``) to ``state_dir``; return one
     line per dataset."""
     root, state_dir = Path(root), Path(state_dir)
@@ -158,7 +164,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
                 target = journal(staging / JOURNAL)
                 for name in names:
                     optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=target)
-            files = state_files(root / ds, history) if (root / ds).is_dir() else []
+            files = state_files(root / ds, history, predictions) if (root / ds).is_dir() else []
             for rel in files:
                 (staging / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(root / ds / rel, staging / rel)
@@ -262,6 +268,9 @@ def parser() -> argparse.ArgumentParser:
     exp.add_argument("state_dir", type=Path, help="folder to write (new, or an earlier export)")
     exp.add_argument("--datasets", nargs="+", metavar="DATASET", help="only these (default: all in root)")
     exp.add_argument("--history", action="store_true", help="also each seed's history.csv (per-epoch curves)")
+    exp.add_argument("--no-predictions", dest="predictions", action="store_false",
+                     help="leave out each seed's predictions.npz (its forecasts, which kcal reevaluate reads; "
+                     "a large dataset's run: blog's 550 seeds hold ~95 MB)")  # fmt: skip
     imp = sub.add_parser("import", help="lay an exported state into a new root",
                          description="Copy <state_dir>'s studies into <root>/sweeps.db and its seed results "
                          "into <root>/<dataset>/; <root> must hold none of its datasets.")  # fmt: skip
@@ -275,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.command == "export":
-        lines = export_state(args.root, args.state_dir, args.datasets, args.history)
+        lines = export_state(args.root, args.state_dir, args.datasets, args.history, args.predictions)
         print(*lines, f"commit {args.state_dir}; on the other machine: kcal state import "
               f"{args.state_dir} <root>", sep="\n")  # fmt: skip
     else:
