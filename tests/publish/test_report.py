@@ -163,6 +163,30 @@ def test_a_replicate_is_published_apart_and_adds_the_protocol_spread(smoke_root,
     assert check(dest) == []
 
 
+@needs_crime
+def test_a_withdrawn_pair_is_kept_apart_and_listed_until_its_rerun_is_published(smoke_root, tmp_path):
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    assert main(["--withdraw", "crime/nll_mmd", "--keep", "former", str(dest)]) == 0
+    results = pd.read_csv(data / "results.csv")
+    assert "nll_mmd" not in set(results["objective"]) and "nll" in set(results["objective"])
+    assert set(pd.read_csv(data / "experiments" / "former" / "results.csv")["objective"]) == {"nll_mmd"}
+    assert not (dest / "best" / "crime__nll_mmd.json").exists()
+    text = (dest / "RESULTS.md").read_text()
+    assert "not yet rerun: crime / nll_mmd (their former rows: `experiments/former/`)" in text
+    assert check(dest) == []
+    # the rerun, published from a root whose other dataset is still running: only the datasets asked for
+    publish(smoke_root, dest, add=True, datasets=["crime"])
+    assert "nll_mmd" in set(pd.read_csv(data / "results.csv")["objective"])
+    assert "not yet rerun" not in (dest / "RESULTS.md").read_text() and check(dest) == []
+    publish(smoke_root, dest, add=True, datasets=["blog"])  # nothing of blog in the root: nothing changes
+    assert len(pd.read_csv(data / "results.csv")) == len(results) + len(
+        pd.read_csv(data / "experiments" / "former" / "results.csv")
+    )
+    with pytest.raises(SystemExit):
+        main(["--withdraw", "crime/nll_mmd", str(dest)])  # without --keep
+
+
 def test_committed_reports_match_their_results_csv():
     """Each docs/results/<profile>/ equals what kcal.publish.tables and kcal.publish.report regenerate from its CSVs,
     which are the package's published numbers for that profile."""

@@ -142,6 +142,11 @@ def experiment_data_dir(data: Path | str, name: str) -> Path:
 REPLICATES_FOLDER = "replicates"  # in a published data folder: replicates/<name>/results.csv, ...
 
 
+def experiment_data_dirs(data: Path | str) -> list[Path]:
+    """Every labelled experiment kept under ``data`` that holds a ``results.csv``."""
+    return sorted(p.parent for p in (Path(data) / EXPERIMENTS_FOLDER).glob(f"*/{RESULTS_FILE}"))
+
+
 def replicate_data_dir(data: Path | str, name: str) -> Path:
     """``<data>/replicates/<name>``: one more run of the whole protocol (another sampler seed)."""
     return Path(data) / REPLICATES_FOLDER / name

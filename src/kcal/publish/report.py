@@ -205,6 +205,7 @@ def template(generated: dict[str, str]) -> str:
     parts = [
         "# Results\n",
         "<!-- kcal.report:profile -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:withdrawn -->\n<!-- /kcal.report -->\n",
         "## Studies\n",
         "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n",
         "## Search budget\n",
@@ -241,6 +242,7 @@ def render(dest: Path, out: Path) -> None:
     studies = pd.read_csv(data / "studies.csv")
     write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
     generated = blocks(results, studies, profile, read_trials(data))
+    generated["withdrawn"] = withdrawn_block(results, data)
     replicates = replicates_of(results, {n: load_results(p / layout.RESULTS_FILE)
                                          for n, p in layout.replicate_data_dirs(data).items()})  # fmt: skip
     spread = spread_frame(replicates) if replicates else pd.DataFrame()
@@ -286,7 +288,7 @@ def keep_replaced(data: Path, name: str, replaced: dict[str, pd.DataFrame]) -> l
 
 def publish(
     root: Path, dest: Path, storage: str | None = None, profile: str | None = None, data: Path | None = None,
-    add: bool = False, keep: str | None = None,
+    add: bool = False, keep: str | None = None, datasets: list[str] | None = None,
 ) -> list[Path]:  # fmt: skip
     """Copy ``root``'s results into ``data`` (default :func:`data_dir`) and regenerate every derived file
     in ``dest`` (``profile``: the reproduction profile, by default the root's folder name, as in
@@ -296,7 +298,12 @@ def publish(
     after its dataset, not its profile). What is replaced is a (dataset, objective) pair: a root that reran
     one objective replaces that objective's rows only; ``keep`` names an experiment under which the replaced
     rows are kept (:func:`keep_replaced`). Every trial of the root's studies is written as a trials table
-    (:mod:`kcal.publish.trials`). Returns the files written."""
+    (:mod:`kcal.publish.trials`). ``datasets``: publish only these of the root's datasets (another one may
+    still be running there). Returns the files written."""
+
+    def only(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame if not datasets else frame[frame["dataset"].isin(datasets)].reset_index(drop=True)
+
     if add and (dest / "report.json").is_file():
         published_profile, published_data = report_info(dest)
         profile = profile or published_profile
@@ -310,9 +317,9 @@ def publish(
     data.mkdir(parents=True, exist_ok=True)
     link = Path(os.path.relpath(data.resolve(), dest.resolve())).as_posix()
     (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
-    studies = study_rows(root, storage)
+    studies = only(study_rows(root, storage))
     if add:
-        results, old_results = added(data / "results.csv", pd.read_csv(src))
+        results, old_results = added(data / "results.csv", only(pd.read_csv(src)))
         results.to_csv(data / "results.csv", index=False)
         studies, old_studies = added(data / "studies.csv", studies)
         studies = studies.sort_values(PAIR, ignore_index=True)
@@ -321,11 +328,13 @@ def publish(
     else:
         if keep:
             raise ValueError("keep names where an add keeps the rows it replaces; it needs add=True")
-        shutil.copyfile(src, data / "results.csv")
+        only(pd.read_csv(src)).to_csv(data / "results.csv", index=False)
     studies.to_csv(data / "studies.csv", index=False)
-    write_trials(trial_rows(root, storage), data)
+    write_trials(only(trial_rows(root, storage)), data)
     draw_budget_curves(read_trials(data), layout.figures_dir(dest))
     for (dataset, objective), best in layout.best_files(root).items():
+        if datasets and dataset not in datasets:
+            continue
         target = dest / "best" / f"{layout.pair_name(dataset, objective)}.json"
         target.parent.mkdir(exist_ok=True)
         info = json.loads(best.read_text())
@@ -346,6 +355,42 @@ def publish_trials(root: Path, dest: Path, storage: str | None = None) -> list[P
     draw_budget_curves(read_trials(data), layout.figures_dir(dest))
     render(dest, dest)
     return written
+
+
+def withdraw(dest: Path, pairs: list[tuple[str, str]], keep: str) -> list[Path]:
+    """Take the published rows of ``pairs`` ((dataset, objective)) out of the report in ``dest`` and keep them as
+    the experiment ``keep`` (e.g. rows trained with an objective that has since been fixed, until their rerun
+    is published); their tables show them as not run, and RESULTS.md lists them (block ``withdrawn``)."""
+    _, data = report_info(dest)
+    out = {}
+    for file in ("results.csv", "studies.csv"):
+        frame = pd.read_csv(data / file)
+        hit = pd.MultiIndex.from_frame(frame[PAIR]).isin(pd.MultiIndex.from_tuples(pairs, names=PAIR))
+        if not hit.any():
+            continue
+        out[file] = frame[hit]
+        frame[~hit].to_csv(data / file, index=False)
+    if not out:
+        raise SystemExit(f"kcal report: none of {pairs} is published in {dest}")
+    written = keep_replaced(data, keep, out)
+    for dataset, objective in pairs:
+        (dest / "best" / f"{layout.pair_name(dataset, objective)}.json").unlink(missing_ok=True)
+    render(dest, dest)
+    return written
+
+
+def withdrawn_block(results: pd.DataFrame, data: Path) -> str:
+    """The (dataset, objective) pairs kept under ``<data>/experiments/*`` that the published results lack."""
+    published = set(map(tuple, results[PAIR].drop_duplicates().to_numpy()))
+    lines = []
+    for folder in sorted(layout.experiment_data_dirs(data)):
+        frame = pd.read_csv(folder / "results.csv")
+        missing = sorted(set(map(tuple, frame[PAIR].drop_duplicates().to_numpy())) - published)
+        if missing:
+            pairs = ", ".join(f"{d} / {o}" for d, o in missing)
+            lines.append(f"- not yet rerun: {pairs} (their former rows: `experiments/{folder.name}/`); their "
+                         "cells show as not run, and the claims count only the datasets that have them")  # fmt: skip
+    return "\n".join(lines) if lines else "(none)"
 
 
 def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = None) -> list[Path]:
@@ -398,6 +443,14 @@ def main(argv: list[str] | None = None) -> int:
         help="add root's datasets to those already published "
         "(replacing the same (dataset, objective) pairs), instead of publishing root alone",
     )
+    p.add_argument("--datasets", nargs="+", metavar="DATASET", help="publish only these datasets of root")
+    p.add_argument(
+        "--withdraw",
+        nargs="+",
+        metavar="DATASET/OBJECTIVE",
+        help="take these published pairs "
+        "out of dest (kept as the experiment --keep NAME) until their rerun is published",
+    )
     p.add_argument("--keep", metavar="NAME", help="with --add: keep the rows it replaces as the experiment NAME "
                    "(<data>/experiments/NAME/results.csv, studies.csv)")  # fmt: skip
     args = p.parse_args(argv)
@@ -408,6 +461,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"give; run `kcal report <root> {args.dest}` to regenerate", file=sys.stderr)  # fmt: skip
             return 1
         print(f"kcal report: {args.dest} matches its results.csv and studies.csv")
+        return 0
+    if args.withdraw:
+        if not args.keep:
+            p.error("--withdraw keeps the rows it takes out as an experiment: give --keep NAME")
+        pairs = [tuple(w.split("/", 1)) for w in args.withdraw]
+        if any(len(pair) != 2 for pair in pairs):
+            p.error("--withdraw takes DATASET/OBJECTIVE pairs, e.g. adult/xe_kde")
+        for path in withdraw(args.dest, pairs, args.keep):
+            print(path)
         return 0
     if args.root is None:
         p.error("give the reproduction root (or --check)")
@@ -421,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.keep and not args.add:
         p.error("--keep keeps the rows that an --add replaces; add --add")
-    files = publish(args.root, args.dest, args.storage, args.profile, args.data, add=args.add, keep=args.keep)
+    files = publish(args.root, args.dest, args.storage, args.profile, args.data, add=args.add, keep=args.keep,
+                    datasets=args.datasets)  # fmt: skip
     print(f"kcal report: {len(files)} files in {args.dest} and its data folder; edit the analysis in {args.dest / 'RESULTS.md'} "
           "outside the generated blocks")  # fmt: skip
     return 0
