@@ -62,7 +62,8 @@ def save_figure(fig, stem: Path) -> list[Path]:
     paths = []
     for fmt in FORMATS:
         path = stem.with_suffix(f".{fmt}")
-        fig.savefig(path, format=fmt, dpi=DPI)
+        # no creation date in a PDF: a redrawn figure of the same numbers is the same file
+        fig.savefig(path, format=fmt, dpi=DPI, metadata={"CreationDate": None} if fmt == "pdf" else None)
         paths.append(path)
     return paths
 
