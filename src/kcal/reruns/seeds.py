@@ -54,9 +54,13 @@ def seed_dirs(cfg: DictConfig) -> dict[int, Path]:
 def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
     """``cfg`` with the best trial's parameters of the ``seeds_run.best_from`` study applied (under
     ``sweep.selection=pareto`` the selected front trial, :func:`kcal.sweep.selection.selected`), or those of
-    trial number ``seeds_run.trial`` when it is set (e.g. another point of a Pareto front)."""
+    trial number ``seeds_run.trial`` when it is set (e.g. another point of a Pareto front), or those recorded in
+    ``seeds_run.best_file`` (a published ``best/<dataset>__<objective>.json``: the selected trial of a study that
+    is no longer at hand, rerun over new seeds, e.g. to evaluate them again)."""
     if not cfg.seeds_run.use_best:
         return cfg, {}
+    if cfg.seeds_run.get("best_file"):
+        return recorded_config(cfg, Path(str(cfg.seeds_run.best_file)))
     from optuna.trial import TrialState
 
     from kcal.sweep.search_space import apply
@@ -87,6 +91,27 @@ def best_config(cfg: DictConfig) -> tuple[DictConfig, dict]:
         best = done[int(number)]
     return apply(cfg, best.params), {"study": study_name(study_cfg), "trial": best.number, "value": value_of(best),
                                      "params": best.params}  # fmt: skip
+
+
+def recorded_config(cfg: DictConfig, path: Path) -> tuple[DictConfig, dict]:
+    """``cfg`` with the parameters of a recorded selected trial (``{"study", "trial", "value", "params"}``)."""
+    from kcal.sweep.search_space import apply
+
+    if not path.is_file():
+        raise ConfigError(
+            f"seeds_run.best_file={path}: no such file; give a published best/<dataset>__<objective>.json"
+        )
+    best = json.loads(path.read_text())
+    missing = [k for k in ("study", "trial", "params") if k not in best]
+    if missing:
+        raise ConfigError(
+            f"seeds_run.best_file={path} lacks {', '.join(missing)}; it is not a best-trial record"
+        )
+    dataset, objective, _, _ = layout.parse_study_name(str(best["study"]))
+    if dataset != cfg.dataset.name or objective != str(cfg.seeds_run.best_from):
+        raise ConfigError(f"seeds_run.best_file={path} records {dataset}/{objective}, not "
+                          f"{cfg.dataset.name}/{cfg.seeds_run.best_from}")  # fmt: skip
+    return apply(cfg, best["params"]), {k: best.get(k) for k in ("study", "trial", "value", "params")}
 
 
 def seed_plan(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
