@@ -132,3 +132,36 @@ def test_predicted_sd_in_simulated_protocol_runs_underestimates_and_the_rule_rej
     ok, coverage, median_ratio = passes(cells)
     assert not ok and median_ratio < 1 / 1.5
     assert passes(cells.assign(predicted=measured * rng.uniform(0.8, 1.2, size=len(cells))))[0]
+
+
+def test_the_one_run_estimate_is_compared_with_the_replicates_cell_by_cell(replicates):
+    from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
+
+    rng = np.random.default_rng(3)
+    trials = {}
+    for name in (PUBLISHED, "sampler_seed=1"):
+        n = 40
+        trials[name] = pd.DataFrame({
+            "dataset": "heart-disease", "objective": "xe", "state": "complete", "direction": "maximize",
+            "value": rng.uniform(0.5, 0.7, n), "test/acc": rng.uniform(0.5, 0.65, n),
+        })  # fmt: skip
+    spread = spread_frame(replicates)
+    est = estimate_frame(spread, replicates, trials, n_boot=500)
+    cell = est[(est["flavour"] == "exact") & (est["row"] == "XE") & (est["metric"] == "acc")
+               & (est["table"] == "classification")].iloc[0]  # fmt: skip
+    assert cell["replicates_with_trials"] == 2
+    pub = replicates[PUBLISHED]
+    mine = pub[(pub["objective"] == "xe") & (pub["recalibrator"] == "none") & (pub["flavour"] == "exact")
+               & (pub["metric"] == "acc")].iloc[0]  # fmt: skip
+    by_hand = [
+        predicted_sd(t["value"], t["test/acc"], True, mine["se"], int(mine["n"]), 500) * 100
+        for t in trials.values()
+    ]
+    assert cell["predicted"] == pytest.approx(np.median(by_hand))  # accuracy cells are printed in %
+    assert set(est["metric"]) == {"acc"} and "ece" not in set(est["metric"])  # only metrics the trials kept
+    text = estimate_markdown(est)
+    assert (
+        text.startswith("Predicted (one study's trials, bootstrap) against measured")
+        and "| heart-disease |" in text
+    )
+    assert "not validated, and not used" in estimate_markdown(est.iloc[0:0])

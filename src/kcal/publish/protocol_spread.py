@@ -38,6 +38,7 @@ WITHIN, BEYOND, UNCERTAIN = "within the protocol's spread", "differs beyond it",
 PUBLISHED = "published"
 """The replicate name of the published run (the others are named after their sampler seed)."""
 CELL_KEYS = ["flavour", "table", "dataset", "row", "metric"]
+SOURCE_KEYS = ["objective", "recalibrator"]  # where a cell's numbers come from (results.csv's keys)
 
 
 def sd_interval(sd: float, n: int, level: float = CI_LEVEL) -> tuple[float, float]:
@@ -99,7 +100,8 @@ def spread_frame(replicates: dict[str, pd.DataFrame], published: str = PUBLISHED
         has_paper = not math.isnan(float(pub["paper_mean"]))
         seed_se = float(pub["ours_se"])
         rows.append({
-            **dict(zip(CELL_KEYS, key, strict=True)), "replicates": len(means),
+            **dict(zip(CELL_KEYS, key, strict=True)), **{k: pub[k] for k in SOURCE_KEYS},
+            "replicates": len(means),
             "means": " / ".join(fmt(m) for m in means), "sd": sd, "sd_low": low, "sd_high": high,
             "seed_se": seed_se, "ratio": sd / seed_se if seed_se > 0 else float("nan"),
             "published_mean": float(pub["ours_mean"]), "paper_mean": float(pub["paper_mean"]),

@@ -45,6 +45,7 @@ from kcal.publish.budget import PLATEAU_SHARE, expected_best, reached_plateau
 from kcal.publish.claims import claims_summary, profile_note
 from kcal.publish.figures.budget import draw_budget_curves
 from kcal.publish.protocol_spread import (
+    PUBLISHED,
     claim_counts,
     claims_markdown,
     replicates_of,
@@ -52,6 +53,7 @@ from kcal.publish.protocol_spread import (
     spread_markdown,
     summary_markdown,
 )
+from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, fmt, load_results
 from kcal.publish.tables import write_tables
 from kcal.publish.trials import read_trials, selection_scores, trial_rows, write_trials
@@ -213,6 +215,7 @@ def template(generated: dict[str, str]) -> str:
         "## The protocol's own spread\n",
         "<!-- kcal.report:protocol -->\n<!-- /kcal.report -->\n",
         "<!-- kcal.report:protocol:claims -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:protocol:estimate -->\n<!-- /kcal.report -->\n",
     ]
     for name in sorted(k for k in generated if k.startswith("dataset:")):
         parts += [
@@ -248,6 +251,10 @@ def render(dest: Path, out: Path) -> None:
     spread = spread_frame(replicates) if replicates else pd.DataFrame()
     generated["protocol"] = summary_markdown(replicates, spread)
     generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
+    kept = {name: read_trials(path) for name, path in layout.replicate_data_dirs(data).items()}
+    kept[PUBLISHED] = read_trials(data)
+    estimate = estimate_frame(spread, replicates, kept) if not spread.empty else pd.DataFrame()
+    generated["protocol:estimate"] = estimate_markdown(estimate)
     if replicates:
         (out / "protocol_spread.md").write_text(
             f"# The protocol's own spread ({profile})\n\n{spread_markdown(spread)}\n", encoding="utf-8"

@@ -71,3 +71,55 @@ def passes(compared: pd.DataFrame) -> tuple[bool, float, float]:
     inside = ((ok["predicted"] >= ok["sd_low"]) & (ok["predicted"] <= ok["sd_high"])).mean()
     ratio = float((ok["predicted"] / ok["sd"]).median())
     return bool(inside >= COVERAGE and 1 / MAX_FACTOR <= ratio <= MAX_FACTOR), float(inside), ratio
+
+
+def estimate_frame(spread: pd.DataFrame, replicates: dict[str, pd.DataFrame], trials: dict[str, pd.DataFrame],
+                   n_boot: int = 2000) -> pd.DataFrame:  # fmt: skip
+    """For each cell of ``spread`` (:func:`kcal.publish.protocol_spread.spread_frame`), the spread predicted from
+    each replicate that kept its study's trials (``trials``: a trials table per replicate name), their median
+    as ``predicted``, beside the measured ``sd`` and its interval. Cells no replicate kept trials for are left
+    out."""
+    from kcal.publish.table_cells import TABLES
+
+    rows = []
+    for cell in spread.to_dict("records"):
+        scale = TABLES[cell["table"]].metric(cell["metric"]).scale
+        key = trial_metric_key(cell["flavour"], cell["recalibrator"], cell["metric"])
+        preds = []
+        for name, frame in trials.items():
+            t = frame[(frame["dataset"] == cell["dataset"]) & (frame["objective"] == cell["objective"])
+                      & (frame["state"] == "complete")]  # fmt: skip
+            res = replicates.get(name)
+            if t.empty or key not in t or res is None:
+                continue
+            t = t.dropna(subset=["value", key])
+            mine = res[(res["dataset"] == cell["dataset"]) & (res["objective"] == cell["objective"])
+                       & (res["recalibrator"] == cell["recalibrator"]) & (res["flavour"] == cell["flavour"])
+                       & (res["metric"] == cell["metric"])]  # fmt: skip
+            if t.empty or mine.empty:
+                continue
+            se, n = float(mine["se"].iloc[0]), int(mine["n"].iloc[0])
+            maximize = t["direction"].iloc[0] == "maximize"
+            preds.append(predicted_sd(t["value"], t[key], maximize, se, n, n_boot) * scale)
+        if preds:
+            rows.append({**{k: cell[k] for k in ("flavour", "table", "dataset", "row", "metric")},
+                         "replicates_with_trials": len(preds), "predicted": float(np.median(preds)),
+                         "sd": cell["sd"], "sd_low": cell["sd_low"], "sd_high": cell["sd_high"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def estimate_markdown(frame: pd.DataFrame) -> str:
+    """The validation of the one-run estimate against the replicates, and the verdict of the rule."""
+    if frame.empty:
+        return "(no replicated cell has kept trials yet: the one-run estimate is not validated, and not used)"
+    ok, coverage, ratio = passes(frame)
+    verdict = "passes: it may be used for datasets without replicates" if ok else "fails: it is not used"
+    lines = [f"Predicted (one study's trials, bootstrap) against measured (replicates) spread over {len(frame)} "
+             f"cells: inside the measured 95 % interval in {coverage:.0%} (rule: >= {COVERAGE:.0%}), median "
+             f"predicted / measured {ratio:.2f} (rule: within x{MAX_FACTOR:g}). The estimate {verdict}.", "",
+             "| flavour | table | dataset | row | metric | predicted | measured (95 % CI) |",
+             "|---|---|---|---|---|---:|---|"]  # fmt: skip
+    for r in frame.to_dict("records"):
+        lines.append(f"| {r['flavour']} | {r['table']} | {r['dataset']} | {r['row']} | {r['metric']} "
+                     f"| {r['predicted']:.4g} | {r['sd']:.4g} ({r['sd_low']:.4g}-{r['sd_high']:.4g}) |")  # fmt: skip
+    return "\n".join(lines)
