@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from hydra import compose, initialize_config_dir
@@ -67,12 +68,12 @@ def exported(tmp_path_factory):
 def test_state_is_small_text_with_the_studies_and_their_fingerprint(exported):
     root_a, state = exported
     files = [p for p in state.rglob("*") if p.is_file()]
-    assert {p.suffix for p in files} <= {".json", ".log", ".csv", ".yaml", ".npz"}, files
+    assert {p.suffix for p in files} <= {".json", ".log", ".csv", ".yaml"}, files
     assert sum(p.stat().st_size for p in files) < 100_000
     seed_files = sorted(
         p.relative_to(state / SEEDS).as_posix() for p in (state / SEEDS).rglob("*") if p.is_file()
     )
-    names = ("config.yaml", "metrics.json", "predictions.npz", "run.json")  # the forecasts travel: reevaluate
+    names = ("config.yaml", "metrics.json", "predictions.json", "run.json")  # the forecasts travel, as text
     assert seed_files == [f"seed{k}/{n}" for k in (0, 1) for n in names]
     for name in ("fingerprint.json", "best_trial.json", "sweep/best.json"):
         assert (state / "crime" / "nll" / name).is_file(), name
@@ -96,7 +97,9 @@ def test_no_predictions_leaves_the_forecasts_behind(exported, tmp_path):
     root_a, _ = exported
     done = run([*state_cmd("export", root_a, tmp_path / "state"), "--no-predictions"])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not list((tmp_path / "state").rglob("*.npz")) and list((tmp_path / "state").rglob("metrics.json"))
+    assert not list((tmp_path / "state").rglob("predictions.*")) and list(
+        (tmp_path / "state").rglob("metrics.json")
+    )
 
 
 @needs_crime
@@ -114,6 +117,14 @@ def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_pat
     assert re.search(r"test/nll over 2 finished trials: min \S+, median \S+, max \S+\n  the selected trial #[01]: ",
                      ranged.stdout), ranged.stdout  # fmt: skip
     assert re.search(r"0 is above [012] of 2 trials", ranged.stdout)
+    for k in (0, 1):  # the forecasts come back bit for bit
+        with (
+            np.load(root_a / SEEDS / f"seed{k}" / "predictions.npz") as a,
+            np.load(root_b / SEEDS / f"seed{k}" / "predictions.npz") as b,
+        ):
+            assert sorted(a) == sorted(b) and all(
+                a[n].dtype == b[n].dtype and np.array_equal(a[n], b[n]) for n in a
+            )
     evaluated = run([sys.executable, "-m", "kcal", "reevaluate", root_b])  # from the forecasts that travelled
     assert evaluated.returncode == 0 and "crime/nll: 2 seeds evaluated again (0 official values moved)" in (
         evaluated.stdout

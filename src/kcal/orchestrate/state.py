@@ -15,8 +15,9 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
 * ``<label>/fingerprint.json`` and ``best_trial.json`` of every seed rerun (its ``summary.csv`` is
   derived from the seeds, and a resumed run rebuilds it), and of
   each finished seed (one with a ``metrics.json``) ``seeds/seed<k>/metrics.json``, ``run.json`` and
-  ``config.yaml``, and its ``predictions.npz`` (the network's forecasts on the validation and test
-  splits, from which ``kcal reevaluate`` evaluates it again with later evaluation code; ``--no-predictions``
+  ``config.yaml``, and its ``predictions.npz`` as ``predictions.json`` (the network's forecasts on the
+  validation and test splits, as text that reads back bit for bit, from which ``kcal reevaluate`` evaluates
+  it again with later evaluation code; ``--no-predictions``
   leaves them out, for a run as large as blog's); with ``--history`` also its ``history.csv`` (the
   per-epoch curves of the reproduction's figures);
 * of each finished trial ``<objective>/sweep/trials/trial_<n>/metrics.json`` (its test metrics, which
@@ -44,6 +45,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import optuna
 from omegaconf import OmegaConf
 from optuna.storages.journal import JournalFileBackend, JournalStorage
@@ -63,9 +65,8 @@ RERUN_FILES = (
 )  # per <dataset>/<label>/; summary.csv is rebuilt
 SEED_FILES = (layout.METRICS_FILE, layout.RUN_INFO_FILE, layout.CONFIG_FILE)  # per finished seed
 HISTORY = layout.HISTORY_FILE  # per finished seed, with --history
-PREDICTIONS = (
-    layout.PREDICTIONS_FILE
-)  # per finished seed, unless --no-predictions: what kcal reevaluate reads
+# per finished seed, unless --no-predictions: the forecasts kcal reevaluate reads
+PREDICTIONS = layout.PREDICTIONS_FILE
 SWEEP_FILES = (
     f"{layout.sweep_folder('paper')}/{layout.BEST_FILE}",
     f"{layout.sweep_folder('pareto')}/{layout.BEST_FILE}",
@@ -81,6 +82,36 @@ def root_storage(root: Path) -> optuna.storages.RDBStorage:
     sweep = OmegaConf.load(Path(CONFIG_DIR) / "sweep.yaml").sweep
     sweep.storage = None
     return open_storage(OmegaConf.create({"root": str(root), "sweep": sweep}))
+
+
+PREDICTIONS_TEXT = (
+    "predictions.json"  # how a seed's predictions.npz travels: text, like every file of a state
+)
+
+
+def predictions_to_text(npz: Path, out: Path) -> None:
+    """``predictions.npz`` as JSON: each array's dtype, shape and values (a float32 value written as the
+    shortest decimal that reads back to it, so the arrays come back bit for bit)."""
+    with np.load(npz) as arrays:
+        data = {
+            k: {
+                "dtype": str(v.dtype),
+                "shape": list(v.shape),
+                "values": [
+                    float(np.format_float_positional(x, unique=True)) if v.dtype.kind == "f" else int(x)
+                    for x in v.reshape(-1)
+                ],
+            }  # fmt: skip
+            for k, v in arrays.items()
+        }
+    out.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+
+
+def predictions_from_text(path: Path, out: Path) -> None:
+    """The ``predictions.npz`` that :func:`predictions_to_text` wrote as ``path``."""
+    data = json.loads(path.read_text())
+    arrays = {k: np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"]) for k, v in data.items()}
+    np.savez(out, **arrays)
 
 
 def journal(path: Path) -> JournalStorage:
@@ -167,7 +198,10 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
             files = state_files(root / ds, history, predictions) if (root / ds).is_dir() else []
             for rel in files:
                 (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(root / ds / rel, staging / rel)
+                if rel.name == PREDICTIONS:
+                    predictions_to_text(root / ds / rel, staging / rel.with_name(PREDICTIONS_TEXT))
+                else:
+                    shutil.copy2(root / ds / rel, staging / rel)
             for lock in staging.glob(f"{JOURNAL}.lock*"):
                 lock.unlink()
             shutil.rmtree(state_dir / ds, ignore_errors=True)
@@ -232,7 +266,10 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
                 rel = path.relative_to(state_dir / ds)
                 if path.is_file() and rel != Path(JOURNAL):
                     (root / ds / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, root / ds / rel)
+                    if rel.name == PREDICTIONS_TEXT:
+                        predictions_from_text(path, root / ds / rel.with_name(PREDICTIONS))
+                    else:
+                        shutil.copy2(path, root / ds / rel)
                     n_seeds += is_seed_metrics(rel)
             counts = trial_counts(storage, names) if names else {}
             note = f"; {requeued} trial(s) running at export queued again" if requeued else ""
