@@ -70,18 +70,17 @@ def test_every_python_module_the_readme_names_exists():
 
 def test_the_readme_kcal_block_runs_as_printed(tmp_path):
     """``kcal --help``, ``kcal reproduce --help`` and the smoke reproduction of the README's block, as printed
-    (``python -m kcal`` for the console script), in a fresh directory."""
-    import os
+    (``python -m kcal`` for the console script; the three in one interpreter, one after the other, as
+    tests/common.py runs entry points), in a fresh directory."""
     import shlex
-    import subprocess
-    import sys
+
+    from .common import run_modules
 
     shown, _ = readme_commands()
     block = [c for c in shown if c in ("kcal --help", "kcal reproduce --help") or "profile=smoke" in c]
     assert len(block) == 3, block
-    for line in block:
-        done = subprocess.run([sys.executable, "-m", *shlex.split(line)], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    runs = run_modules([("kcal", shlex.split(line)[1:]) for line in block], cwd=tmp_path, timeout=600)
+    for line, done in zip(block, runs, strict=True):
         assert done.returncode == 0, (line, done.stderr[-3000:])
         if line == "kcal --help":
             assert "reproduce" in done.stdout and "train" in done.stdout
