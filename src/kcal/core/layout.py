@@ -78,6 +78,12 @@ def figures_dir(folder: Path | str) -> Path:
     return Path(folder) / "figures"
 
 
+def dataset_figure(folder: Path | str, kind: str, dataset: str) -> Path:
+    """``<folder>/<kind>_<dataset>`` (no suffix): a figure of one dataset (``dce``, ``calibration``, ``lce``,
+    ``budget``, ``fronts``) in a figures folder, saved with the suffixes the figure needs."""
+    return Path(folder) / f"{kind}_{dataset}"
+
+
 def pareto_dir(root: Path | str, dataset: str) -> Path:
     """``<root>/pareto/<dataset>``: the front comparison of a dataset's pareto studies."""
     return Path(root) / "pareto" / dataset

@@ -306,8 +306,9 @@ def publish(root: Path, datasets: list[str], dest: Path = DEST, folder: Path | N
         results[results.dataset == ds].to_csv(target / "results.csv", index=False)
         dest.mkdir(parents=True, exist_ok=True)
         if (src / layout.FRONTS_FIGURE).is_file():
-            shutil.copyfile(src / layout.FRONTS_FIGURE, dest / f"fronts_{ds}.png")
-            written.append(dest / f"fronts_{ds}.png")
+            target = layout.dataset_figure(dest, "fronts", ds).with_suffix(".png")
+            shutil.copyfile(src / layout.FRONTS_FIGURE, target)
+            written.append(target)
         written += [target / layout.FRONTS_FILE, target / "results.csv"]
     (dest / "README.md").write_text(render(dest, folder), encoding="utf-8")
     return [*written, dest / "README.md"]

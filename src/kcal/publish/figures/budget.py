@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kcal.core import layout
 from kcal.plotting import COLORS, LINESTYLES, new_figure, objective_label, objective_sort_key, save_figure
 from kcal.publish.budget import budget_curve
 from kcal.publish.trials import selection_scores
@@ -43,5 +44,5 @@ def draw_budget_curves(trials: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_xlim(1, max(2, int(np.max([len(v) for (d, _), (v, _) in scores.items() if d == dataset]))))
         pad = 0.15 * max(max(highs) - min(lows), 1e-6)  # the curves fill the axes; the k = 1 bands may not
         ax.set_ylim(min(lows) - pad, max(highs) + pad)
-        written += save_figure(fig, Path(out) / f"budget_{dataset}")
+        written += save_figure(fig, layout.dataset_figure(out, "budget", dataset))
     return written

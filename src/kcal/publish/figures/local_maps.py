@@ -139,7 +139,7 @@ def draw_local_map(dataset: str, maps: dict[str, dict], out_dir: Path) -> list[P
                  f"{first['bandwidth']:.3g} (median n_eff {np.median(first['n_eff']):.0f}); B = {DEFAULT_LCE_LEVELS}"
                  f" levels; a calibrated forecaster would score {first['floor'].mean():.4f} on average",
                  fontsize=8)  # fmt: skip
-    return save_figure(fig, out_dir / f"lce_{dataset}")
+    return save_figure(fig, layout.dataset_figure(out_dir, "lce", dataset))
 
 
 def draw_local_maps(root: Path = LOCAL_ROOT, datasets=tuple(LOCAL_DATASETS), bandwidth: float | None = None,

@@ -136,9 +136,9 @@ def draw_dce_curves(dataset: str, runs: dict[str, list[Path]], out_dir: Path,
     fig.suptitle(f"{dataset}: decision calibration during training (mean ± std over the seeds still "
                  "training at each epoch)", fontsize=10)  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"dce_{dataset}.csv"
+    csv_path = layout.dataset_figure(out_dir, "dce", dataset).with_suffix(".csv")
     csv_path.write_text("\n".join(lines) + "\n")
-    return [*save_figure(fig, out_dir / f"dce_{dataset}"), csv_path]
+    return [*save_figure(fig, layout.dataset_figure(out_dir, "dce", dataset)), csv_path]
 
 
 def _mean_std(values: list[float]) -> str:
@@ -199,7 +199,7 @@ def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir:
     seeds = f"{min(n_seeds)}–{max(n_seeds)}" if len(n_seeds) > 1 else str(n_seeds.pop())
     band = "mean ± std over seeds" if task == "regression" else "bins pooled over seeds"
     fig.suptitle(f"{dataset}: test-split calibration ({seeds} seeds per objective; {band})", fontsize=10)
-    return save_figure(fig, out_dir / f"calibration_{dataset}")
+    return save_figure(fig, layout.dataset_figure(out_dir, "calibration", dataset))
 
 
 def draw_reproduction(
