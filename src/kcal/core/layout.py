@@ -176,6 +176,11 @@ def pair_name(dataset: str, objective: str) -> str:
     return f"{dataset}{SEP}{objective}"
 
 
+def published_best(dest: Path | str, dataset: str, objective: str) -> Path:
+    """``<dest>/best/<dataset>__<objective>.json``: a published study's selected trial."""
+    return Path(dest) / "best" / f"{pair_name(dataset, objective)}.json"
+
+
 class StudyName(NamedTuple):
     dataset: str
     objective: str

@@ -273,9 +273,21 @@ def added(published: Path, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFram
     if not published.is_file():
         return new, new.iloc[0:0]
     old = pd.read_csv(published)
-    pairs = pd.MultiIndex.from_frame(new[PAIR].drop_duplicates())
-    hit = pd.MultiIndex.from_frame(old[PAIR]).isin(pairs)
+    hit = in_pairs(old, pairs_of(new))
     return pd.concat([old[~hit], new], ignore_index=True), old[hit]
+
+
+def pairs_of(frame: pd.DataFrame) -> set[tuple[str, str]]:
+    """The (dataset, objective) pairs that ``frame``'s rows hold."""
+    return set(map(tuple, frame[PAIR].drop_duplicates().to_numpy()))
+
+
+def in_pairs(frame: pd.DataFrame, pairs) -> pd.Series:
+    """Which rows of ``frame`` belong to one of ``pairs``."""
+    wanted = {tuple(p) for p in pairs}
+    rows = zip(frame["dataset"], frame["objective"], strict=True)
+    return pd.Series([pair in wanted for pair in rows], index=frame.index,
+                     dtype=bool)  # fmt: skip
 
 
 def keep_replaced(data: Path, name: str, replaced: dict[str, pd.DataFrame]) -> list[Path]:
@@ -342,7 +354,7 @@ def publish(
     for (dataset, objective), best in layout.best_files(root).items():
         if datasets and dataset not in datasets:
             continue
-        target = dest / "best" / f"{layout.pair_name(dataset, objective)}.json"
+        target = layout.published_best(dest, dataset, objective)
         target.parent.mkdir(exist_ok=True)
         info = json.loads(best.read_text())
         target.write_text(
@@ -372,7 +384,7 @@ def withdraw(dest: Path, pairs: list[tuple[str, str]], keep: str) -> list[Path]:
     out = {}
     for file in ("results.csv", "studies.csv"):
         frame = pd.read_csv(data / file)
-        hit = pd.MultiIndex.from_frame(frame[PAIR]).isin(pd.MultiIndex.from_tuples(pairs, names=PAIR))
+        hit = in_pairs(frame, pairs)
         if not hit.any():
             continue
         out[file] = frame[hit]
@@ -381,18 +393,17 @@ def withdraw(dest: Path, pairs: list[tuple[str, str]], keep: str) -> list[Path]:
         raise SystemExit(f"kcal report: none of {pairs} is published in {dest}")
     written = keep_replaced(data, keep, out)
     for dataset, objective in pairs:
-        (dest / "best" / f"{layout.pair_name(dataset, objective)}.json").unlink(missing_ok=True)
+        layout.published_best(dest, dataset, objective).unlink(missing_ok=True)
     render(dest, dest)
     return written
 
 
 def withdrawn_block(results: pd.DataFrame, data: Path) -> str:
     """The (dataset, objective) pairs kept under ``<data>/experiments/*`` that the published results lack."""
-    published = set(map(tuple, results[PAIR].drop_duplicates().to_numpy()))
+    published = pairs_of(results)
     lines = []
     for folder in sorted(layout.experiment_data_dirs(data)):
-        frame = pd.read_csv(folder / "results.csv")
-        missing = sorted(set(map(tuple, frame[PAIR].drop_duplicates().to_numpy())) - published)
+        missing = sorted(pairs_of(pd.read_csv(folder / "results.csv")) - published)
         if missing:
             pairs = ", ".join(f"{d} / {o}" for d, o in missing)
             lines.append(f"- not yet rerun: {pairs} (their former rows: `experiments/{folder.name}/`); their "
