@@ -199,3 +199,34 @@ def test_a_password_in_the_storage_url_is_never_written_or_printed(tmp_path, pos
     assert files_holding(tmp_path, SECRET) == []
     study = optuna.load_study(study_name="crime__nll__paper", storage=engine_url(postgres_password_url))
     assert counted(study) == (2, 0)
+
+
+def test_workers_that_create_the_schema_at_once_on_postgresql_all_open_it(postgres_url):
+    """Two workers on a fresh database race to create Optuna's schema: the one that loses sees the winner's
+    enum type appear between its existence check and its ``CREATE TYPE`` ("type ... already exists", a
+    ``ProgrammingError``, as CI met it). The race is made to happen here: just before this process creates
+    the type, another connection (the other worker) creates and commits it; opening must still succeed."""
+    import psycopg2
+    import sqlalchemy
+
+    won = []
+
+    def other_worker_first(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("CREATE TYPE") and not won:
+            name = statement.split()[2]
+            other = psycopg2.connect(postgres_url)
+            with other, other.cursor() as cur:
+                cur.execute(statement)
+            other.close()
+            won.append(name)
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", other_worker_first)
+    try:
+        cfg = OmegaConf.create({"root": "unused", "sweep": {"storage": postgres_url, "heartbeat_interval": 60,
+                                "grace_period": None, "max_retry": 2}})  # fmt: skip
+        storage = open_storage(cfg)
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", other_worker_first)
+    assert won, "the race was not staged: no CREATE TYPE ran"
+    study = optuna.create_study(storage=storage, study_name="raced")
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [study.study_name]

@@ -41,6 +41,7 @@ STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "sur
 COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
 STARTED = "started"  # user attr: the trial's own number, the first thing its objective records
 SQLITE_TIMEOUT_S = 60
+OPEN_ATTEMPTS = 4  # a lost schema race needs one more; a refused connection is reported after the last
 
 
 class StorageUnavailable(ConfigError):
@@ -57,10 +58,12 @@ def storage_url(cfg: DictConfig) -> str:
 def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
     """The study's database with heartbeats and the retry of stale trials; SQLite in WAL mode.
 
-    Several processes that open a new SQLite file at the same moment race to create Optuna's schema
-    (one fails with a UNIQUE constraint or "table already exists" error); the schema then exists,
-    so opening it again succeeds. A storage that cannot be opened (no server, a refused connection,
-    a driver not installed, a malformed URL) is a :class:`StorageUnavailable`, its password masked.
+    Several processes that open a new database at the same moment race to create Optuna's schema: the
+    loser fails with a UNIQUE constraint error, or, on PostgreSQL, with "type/table ... already exists"
+    when the winner's object appears between its existence check and its ``CREATE``; the schema then
+    exists, so opening it again succeeds (see :func:`lost_schema_race`). A storage that cannot be
+    opened (no server, a refused connection, a driver not installed, a malformed URL) is a
+    :class:`StorageUnavailable`, its password masked.
     """
     url = storage_url(cfg)
     engine_kwargs = {}
@@ -72,7 +75,7 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
             con.close()
         engine_kwargs = {"creator": functools.partial(sqlite_connection, url[len("sqlite:///") :])}
     grace = cfg.sweep.get("grace_period")
-    for attempt in range(3):
+    for attempt in range(OPEN_ATTEMPTS):
         try:
             with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental"
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -85,13 +88,23 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
                         max_retry=int(cfg.sweep.max_retry)
                     ),
                 )
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as exc:
-            if attempt == 2:
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            if not lost_schema_race(exc) or attempt == OPEN_ATTEMPTS - 1:
                 raise StorageUnavailable(unavailable_message(url, exc)) from None
             time.sleep(0.5 * (attempt + 1))
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
+        except ImportError as exc:
             raise StorageUnavailable(unavailable_message(url, exc)) from None
     raise AssertionError("unreachable")
+
+
+def lost_schema_race(exc: Exception) -> bool:
+    """Whether opening failed because another process was creating the same schema (worth a retry):
+    a unique-constraint or locking error, or a ``ProgrammingError`` saying an object "already exists"
+    (PostgreSQL's duplicate type or table). A refused connection is an ``OperationalError`` too; it is
+    retried as before and reported after the last attempt."""
+    if isinstance(exc, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError)):
+        return True
+    return isinstance(exc, sqlalchemy.exc.ProgrammingError) and "already exists" in str(exc)
 
 
 def sqlite_connection(path: str) -> sqlite3.Connection:
