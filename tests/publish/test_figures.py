@@ -11,7 +11,9 @@ from omegaconf import OmegaConf
 
 import kcal.run.artifacts
 from kcal.core.layout import seed_runs
+from kcal.plotting import MissingInputError, objective_label
 from kcal.publish.figures import aggregate_curves, draw_local_maps, draw_reproduction
+from kcal.publish.figures import reproduction as reproduction_figures
 from kcal.publish.figures.__main__ import main as cli
 from kcal.run.plots import classification_calibration, draw_run_figures, regression_calibration
 
@@ -262,3 +264,36 @@ def test_local_experiment_config_resolves_the_phi_bandwidth_and_builds_the_objec
     )
     assert torch.isfinite(loss) and reg != 0
     assert compose_local_config(dataset, "nll").objective.name == "nll"
+
+
+def test_reproduction_over_several_roots_draws_one_figure_per_dataset(tmp_path, capsys, monkeypatch):
+    """A dataset whose objectives were trained in two roots (e.g. a rerun of one objective) gets one
+    calibration figure with every objective; --datasets picks, --out places, and one objective in two
+    roots is refused with both roots named."""
+    rng = np.random.default_rng(7)
+    first, second, out = tmp_path / "first", tmp_path / "second", tmp_path / "published"
+    for root, obj in [(first, "xe"), (first, "xe_mmd"), (second, "xe_kde")]:
+        write_run(root / "toycls" / obj / "seeds" / "seed0", classification_preds(rng), "toycls", obj, 0, epochs=4,
+                  history_cols=("val/ece",))  # fmt: skip
+    write_run(second / "toyreg" / "nll" / "seeds" / "seed0", regression_preds(rng), "toyreg", epochs=3)
+    with pytest.raises(MissingInputError, match="no runs of absent under"):
+        draw_reproduction([first, second], datasets=["absent"])
+    saved = []
+    original = reproduction_figures.save_figure
+    monkeypatch.setattr(
+        reproduction_figures, "save_figure", lambda fig, path: saved.append(fig) or original(fig, path)
+    )
+    assert cli(["reproduction", str(first), str(second), "--datasets", "toycls", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(out / "calibration_toycls.png"), str(out / "calibration_toycls.pdf")]
+    assert not (first / "figures").exists() and not (out / "calibration_toyreg.png").exists()
+    (before, _after) = saved[0].axes
+    drawn = {t.get_text().split(":")[0] for t in before.get_legend().get_texts()}
+    assert drawn == {objective_label(o) for o in ("xe", "xe_mmd", "xe_kde")}  # both roots in one figure
+    write_run(second / "toycls" / "xe" / "seeds" / "seed0", classification_preds(rng), "toycls", "xe", 0, epochs=4,
+              history_cols=("val/ece",))  # fmt: skip
+    assert cli(["reproduction", str(first), str(second)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: toycls/xe has seeds under both ") and str(first) in err and str(second) in err
+    )

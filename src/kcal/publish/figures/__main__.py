@@ -1,14 +1,15 @@
 """``kcal figures``: redraw figures from existing results (no training unless ``local --train``).
 
     kcal figures run <run_dir> [<run_dir> ...]
-    kcal figures reproduction [<root>] [--runs]
+    kcal figures reproduction [<root> ...] [--runs] [--datasets D ...] [--out DIR]
     kcal figures local [--train] [--datasets crime crop-yield] [--root DIR] [--seed K]
                                  [--override KEY=VALUE ...] [--lce-bandwidth BW]
     kcal figures all [<root>] [--local-root DIR]
 
 ``<root>`` is a ``kcal.orchestrate.reproduce`` output root, ``outputs/reproduce/<profile>`` (default
 ``outputs/reproduce/full``); local-calibration runs live in ``outputs/local_calibration``
-(:mod:`kcal.core.layout`). ``all`` is what ``make figures`` runs: ``kcal figures all outputs/reproduce/$(PROFILE)``.
+(:mod:`kcal.core.layout`). ``reproduction`` over several roots merges their seed runs (each objective of a
+dataset from one root) and draws under the first root's ``figures/``, or ``--out``. ``all`` is what ``make figures`` runs: ``kcal figures all outputs/reproduce/$(PROFILE)``.
 
 Exit status 0 on success, 2 when an input is missing (the message names the command producing it).
 """
@@ -44,7 +45,8 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduction(args) -> int:
-    _print_paths(draw_reproduction(args.root, runs_too=args.runs))
+    roots = args.roots or [DEFAULT_ROOT]
+    _print_paths(draw_reproduction(roots, runs_too=args.runs, out_dir=args.out, datasets=args.datasets))
     return 0
 
 
@@ -86,8 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("run_dirs", nargs="+", type=Path)
     r.set_defaults(func=_cmd_run)
     rep = sub.add_parser("reproduction", help="DCE-over-training and per-dataset figures into <root>/figures")
-    rep.add_argument("root", nargs="?", type=Path, default=DEFAULT_ROOT, help=f"default {DEFAULT_ROOT}")
+    rep.add_argument("roots", nargs="*", type=Path, metavar="root",
+                     help=f"default {DEFAULT_ROOT}; several: their seed runs merged (an objective from one root)")  # fmt: skip
     rep.add_argument("--runs", action="store_true", help="also redraw every seed run's own figures")
+    rep.add_argument("--datasets", nargs="+", metavar="D", help="draw only these datasets")
+    rep.add_argument(
+        "--out", type=Path, help="write the dataset figures here instead of <first root>/figures"
+    )
     rep.set_defaults(func=_cmd_reproduction)
     loc = sub.add_parser("local", help="local calibration (LCE) maps; --train trains the runs first")
     loc.add_argument(

@@ -202,20 +202,52 @@ def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir:
     return save_figure(fig, layout.dataset_figure(out_dir, "calibration", dataset))
 
 
+def merged_seed_runs(roots: list[Path]) -> dict[str, dict[str, list[Path]]]:
+    """:func:`kcal.core.layout.seed_runs` of several roots in one mapping (e.g. a dataset whose objectives were
+    trained in different roots); a (dataset, objective) found in two roots is a :class:`MissingInputError`
+    naming both, since a figure mixes no two runs of one objective."""
+    merged: dict[str, dict[str, list[Path]]] = {}
+    where: dict[tuple[str, str], Path] = {}
+    for root in roots:
+        for dataset, runs in layout.seed_runs(root).items():
+            for label, dirs in runs.items():
+                if (dataset, label) in where:
+                    raise MissingInputError(
+                        f"{dataset}/{label} has seeds under both {where[dataset, label]} and {root}; "
+                        "give the roots so that each objective of a dataset comes from one of them"
+                    )
+                where[dataset, label] = root
+                merged.setdefault(dataset, {})[label] = dirs
+    return merged
+
+
 def draw_reproduction(
-    root: Path, runs_too: bool = False, objectives: tuple[str, ...] = DCE_OBJECTIVES
-) -> list[Path]:
-    """All reproduction figures under ``root/figures`` (and per-run figures when ``runs_too``)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise MissingInputError(f"reproduction root {root} does not exist; it is produced by {PRODUCER}")
-    found = layout.seed_runs(root)
+    root: Path | list[Path], runs_too: bool = False, objectives: tuple[str, ...] = DCE_OBJECTIVES,
+    out_dir: Path | None = None, datasets: list[str] | None = None,
+) -> list[Path]:  # fmt: skip
+    """All reproduction figures under ``root/figures`` (and per-run figures when ``runs_too``). ``root`` may be
+    several roots (their seed runs merged, :func:`merged_seed_runs`; figures under the first one's
+    ``figures/``); ``out_dir`` writes the dataset figures elsewhere (e.g. a published report's folder);
+    ``datasets`` draws only those."""
+    roots = [Path(r) for r in ([root] if isinstance(root, (str, Path)) else root)]
+    for r in roots:
+        if not r.is_dir():
+            raise MissingInputError(f"reproduction root {r} does not exist; it is produced by {PRODUCER}")
+    found = merged_seed_runs(roots)
+    if datasets:
+        missing = sorted(set(datasets) - set(found))
+        if missing:
+            raise MissingInputError(
+                f"no runs of {', '.join(missing)} under {', '.join(map(str, roots))} (datasets with runs: "
+                f"{', '.join(sorted(found)) or 'none'})"
+            )
+        found = {d: runs for d, runs in found.items() if d in datasets}
     if not found:
         raise MissingInputError(
-            f"no runs under {root} (expected <root>/<dataset>/<objective>/seeds/seed<k>/history.csv); "
-            f"they are produced by {PRODUCER}"
+            f"no runs under {', '.join(map(str, roots))} (expected <root>/<dataset>/<objective>/seeds/seed<k>/"
+            f"history.csv); they are produced by {PRODUCER}"
         )
-    out_dir, paths = layout.figures_dir(root), []
+    out_dir, paths = Path(out_dir) if out_dir is not None else layout.figures_dir(roots[0]), []
     for dataset, runs in sorted(found.items()):
         paths += draw_dce_curves(dataset, runs, out_dir, objectives)
         paths += draw_dataset_calibration(dataset, runs, out_dir)
