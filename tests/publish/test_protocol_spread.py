@@ -165,3 +165,21 @@ def test_the_one_run_estimate_is_compared_with_the_replicates_cell_by_cell(repli
         and "| heart-disease |" in text
     )
     assert "not validated, and not used" in estimate_markdown(est.iloc[0:0])
+
+
+def test_the_summary_names_the_differing_cells_the_protocol_spread_explains(replicates):
+    """A cell that "differs" by the seed SE but lies within the protocol's spread is listed by name in the
+    report's summary (per flavour, its tables and the SD's ratio to the seed SE); one beyond it is not."""
+    from kcal.publish.protocol_spread import selection_noise, summary_markdown
+
+    spread = spread_frame(replicates)
+    noisy = spread.assign(seed_verdict="differs", protocol_verdict=BEYOND)
+    pick = (noisy["flavour"] == "exact") & (noisy["row"] == "XE") & (noisy["metric"] == "ece")
+    noisy.loc[pick, "protocol_verdict"] = WITHIN + UNCERTAIN
+    noisy.loc[pick, "ratio"] = [2.0, 3.0][: int(pick.sum())]
+    listed = selection_noise(noisy[noisy["flavour"] == "exact"])
+    assert listed == ["heart-disease XE ece (Table 4, Table 5; SD 3.0x the seed SE)"]
+    assert selection_noise(noisy[noisy["flavour"] == "official"]) == []
+    text = summary_markdown(replicates, noisy)
+    assert "within the protocol's spread: heart-disease XE ece (Table 4, Table 5" in text
+    assert text.count("within the protocol's spread: ") == 1
