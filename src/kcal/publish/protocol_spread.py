@@ -183,10 +183,11 @@ def summary_markdown(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) 
              f"paper| <= {Z:g} sqrt(sd^2 + se_paper^2), sd the replicates' SD; *(uncertain)* when that flips "
              f"at either end of sd's 95 % interval. Cells per flavour: `protocol_spread.md`.", ""]  # fmt: skip
     for flavour in FLAVOURS:
-        c = survivors(spread[spread["flavour"] == flavour]) if not spread.empty else survivors(spread)
+        part = spread[spread["flavour"] == flavour] if not spread.empty else spread
+        c = survivors(part)
         lines.append(f"- {flavour}: {c['cells']} cells with replicates; {c['differs']} \"differs\" by the seed SE, of "
                      f"which {c['beyond']} differ beyond the protocol's spread ({c['beyond_certain']} certain)")  # fmt: skip
-        noise = selection_noise(spread[spread["flavour"] == flavour]) if not spread.empty else []
+        noise = selection_noise(part)
         if noise:
             lines.append(f'  - "differs" by the seed SE, within the protocol\'s spread: {"; ".join(noise)}')
     return "\n".join(lines)
