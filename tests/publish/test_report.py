@@ -164,6 +164,33 @@ def test_a_replicate_is_published_apart_and_adds_the_protocol_spread(smoke_root,
 
 
 @needs_crime
+def test_a_replicate_run_in_two_roots_keeps_both_roots_pairs(smoke_root, tmp_path):
+    """A replicate's datasets may come from several roots (heart-disease and breast-cancer in one, crime in
+    another): a second root under the same name replaces its own (dataset, objective) pairs only."""
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    published = pd.read_csv(data / "results.csv")
+    first = copy_root(smoke_root, tmp_path / "first")  # the replicate's other dataset, run in its own root
+    published.assign(dataset="heart-disease", mean=published["mean"] + 0.02).to_csv(first / "results.csv",
+                                                                                 index=False)  # fmt: skip
+    assert main(["--replicate", "sampler_seed=1", str(first), str(dest)]) == 0
+    folder = data / "replicates" / "sampler_seed=1"
+    for shift in (0.5, 0.01):  # crime published twice under the same name: the second replaces the first
+        second = copy_root(smoke_root, tmp_path / f"second{shift}")
+        published.assign(mean=published["mean"] + shift).to_csv(second / "results.csv", index=False)
+        assert main(["--replicate", "sampler_seed=1", str(second), str(dest)]) == 0
+    rows = pd.read_csv(folder / "results.csv")
+    assert sorted(rows["dataset"].unique()) == ["crime", "heart-disease"]
+    assert len(rows) == 2 * len(published)
+    crime = rows[rows["dataset"] == "crime"]
+    assert crime["mean"].sum() == pytest.approx(published["mean"].sum() + 0.01 * len(published))
+    studies = pd.read_csv(folder / "studies.csv")
+    assert len(studies) == len(studies.drop_duplicates(["dataset", "objective"]))
+    assert "| exact | regression | crime | NLL | qce | 2 |" in (dest / "protocol_spread.md").read_text()
+    assert check(dest) == []
+
+
+@needs_crime
 def test_a_withdrawn_pair_is_kept_apart_and_listed_until_its_rerun_is_published(smoke_root, tmp_path):
     dest, data = tmp_path / "report", tmp_path / "numbers"
     publish(smoke_root, dest, data=data)

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -415,15 +414,19 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
     """Publish ``root`` (a rerun of the whole protocol on some datasets, with another ``sweep.sampler_seed``) as
     the replicate ``name`` of the report in ``dest``: its results, studies and trials go to
     ``<data>/replicates/<name>/`` (the published numbers stay as they are), and the report is regenerated
-    with the protocol's spread (:mod:`kcal.publish.protocol_spread`)."""
+    with the protocol's spread (:mod:`kcal.publish.protocol_spread`). A replicate may be run in several roots
+    (one dataset at a time, say): each root's (dataset, objective) pairs replace only the same pairs of what
+    ``name`` already holds, as :func:`publish` ``add=True`` does."""
     _, data = report_info(dest)
     src = layout.results_file(root)
     if not src.is_file():
         raise SystemExit(f"kcal report: {src} not found; run the replicate (kcal reproduce) first")
     folder = layout.replicate_data_dir(data, name)
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, folder / layout.RESULTS_FILE)
-    study_rows(root, storage).to_csv(folder / "studies.csv", index=False)
+    results, _ = added(folder / layout.RESULTS_FILE, pd.read_csv(src))
+    results.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / layout.RESULTS_FILE, index=False)
+    studies, _ = added(folder / "studies.csv", study_rows(root, storage))
+    studies.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / "studies.csv", index=False)
     written = write_trials(trial_rows(root, storage), folder)
     render(dest, dest)
     return [folder / layout.RESULTS_FILE, folder / "studies.csv", *written]
