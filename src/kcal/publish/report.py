@@ -424,7 +424,9 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
     folder = layout.replicate_data_dir(data, name)
     folder.mkdir(parents=True, exist_ok=True)
     results, _ = added(folder / layout.RESULTS_FILE, pd.read_csv(src))
-    results.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / layout.RESULTS_FILE, index=False)
+    results.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(
+        folder / layout.RESULTS_FILE, index=False
+    )
     studies, _ = added(folder / "studies.csv", study_rows(root, storage))
     studies.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / "studies.csv", index=False)
     written = write_trials(trial_rows(root, storage), folder)
