@@ -183,3 +183,24 @@ def test_the_summary_names_the_differing_cells_the_protocol_spread_explains(repl
     text = summary_markdown(replicates, noisy)
     assert "within the protocol's spread: heart-disease XE ece (Table 4, Table 5" in text
     assert text.count("within the protocol's spread: ") == 1
+
+
+def test_the_summary_counts_runs_and_survivors_per_dataset(replicates):
+    """With a dataset replicated fewer times than another (crime's replicates run apart), the summary says how
+    many runs each dataset has and counts the surviving "differs" per dataset as well as in all."""
+    from kcal.publish.protocol_spread import runs_per_dataset, summary_markdown
+
+    other = {name: frame.assign(dataset="breast-cancer") for name, frame in replicates.items()}
+    both = {name: pd.concat([replicates[name], other[name]], ignore_index=True) for name in replicates}
+    both["sampler_seed=3"] = replicates["sampler_seed=1"].assign(
+        mean=replicates["sampler_seed=1"]["mean"] - 0.03
+    )
+    assert runs_per_dataset(both) == {"breast-cancer": 3, "heart-disease": 4}
+    spread = spread_frame(both).assign(seed_verdict="differs", protocol_verdict=BEYOND)
+    spread.loc[spread["dataset"] == "breast-cancer", "protocol_verdict"] = WITHIN
+    text = summary_markdown(both, spread)
+    assert "breast-cancer (3 runs), heart-disease (4 runs)" in text
+    exact = spread[spread["flavour"] == "exact"]
+    n_bc, n_hd = (int((exact["dataset"] == d).sum()) for d in ("breast-cancer", "heart-disease"))
+    assert (f'per dataset, "differs" beyond the protocol\'s spread: breast-cancer 0 of {n_bc} (0 certain); '
+            f"heart-disease {n_hd} of {n_hd} ({n_hd} certain)") in text  # fmt: skip

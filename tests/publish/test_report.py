@@ -254,3 +254,19 @@ def test_ablation_set_keys_name_their_own_folder(tmp_path):
                                                "ablation.set={objective.params.bandwidth_z: median}"])  # fmt: skip
     assert ablation_dir(plain) == tmp_path / "ablations" / "heart-disease" / "xe_mmd"
     assert ablation_dir(fixed) == ablation_dir(plain) / "objective.params.bandwidth_z=median"
+
+
+@needs_crime
+def test_dest_alone_regenerates_the_report_from_its_csvs(smoke_root, tmp_path, capsys):
+    """After a change to the report's code the committed files go stale; `kcal report DEST` (no root)
+    regenerates them from the published CSVs, and --check says so in a line that names that command."""
+    dest, data = tmp_path / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    text = (dest / "RESULTS.md").read_text()
+    (dest / "RESULTS.md").write_text(text.replace("<!-- /kcal.report -->", "stale\n<!-- /kcal.report -->", 1))
+    assert main(["--check", str(dest)]) == 1
+    assert f"run `kcal report {dest}` to regenerate" in capsys.readouterr().err
+    assert main([str(dest)]) == 0 and check(dest) == []
+    assert (dest / "RESULTS.md").read_text() == text
+    with pytest.raises(SystemExit):
+        main(["--replicate", "sampler_seed=1", str(dest)])  # a replicate needs its root

@@ -177,8 +177,9 @@ def summary_markdown(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) 
     if len(replicates) < 2:
         return "(no replicate of the protocol published yet)"
     names = ", ".join(sorted(n for n in replicates if n != PUBLISHED))
-    datasets = ", ".join(sorted(set(replicates[PUBLISHED]["dataset"])))
-    lines = [f"Replicates of the whole protocol beside the published run: {names} (datasets: {datasets}). "
+    datasets = ", ".join(f"{d} ({r} runs)" for d, r in runs_per_dataset(replicates).items())
+    lines = [f"Replicates of the whole protocol beside the published run: {names} (datasets, with the number of "
+             f"runs of the protocol each has, the published one included: {datasets}). "
              f"Rule (`kcal.publish.protocol_spread`): a published cell is *within the protocol's spread* when |ours - "
              f"paper| <= {Z:g} sqrt(sd^2 + se_paper^2), sd the replicates' SD; *(uncertain)* when that flips "
              f"at either end of sd's 95 % interval. Cells per flavour: `protocol_spread.md`.", ""]  # fmt: skip
@@ -187,10 +188,26 @@ def summary_markdown(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) 
         c = survivors(part)
         lines.append(f"- {flavour}: {c['cells']} cells with replicates; {c['differs']} \"differs\" by the seed SE, of "
                      f"which {c['beyond']} differ beyond the protocol's spread ({c['beyond_certain']} certain)")  # fmt: skip
+        if not part.empty and part["dataset"].nunique() > 1:
+            per = []
+            for dataset, group in part.groupby("dataset", sort=True):
+                g = survivors(group)
+                per.append(f"{dataset} {g['beyond']} of {g['differs']} ({g['beyond_certain']} certain)")
+            lines.append(f'  - per dataset, "differs" beyond the protocol\'s spread: {"; ".join(per)}')
         noise = selection_noise(part)
         if noise:
             lines.append(f'  - "differs" by the seed SE, within the protocol\'s spread: {"; ".join(noise)}')
     return "\n".join(lines)
+
+
+def runs_per_dataset(replicates: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """``{dataset: how many of the replicates (the published run included) hold it}``, by dataset name: a
+    replicate may cover fewer datasets than another (crime's replicates run apart from the others)."""
+    counts: dict[str, int] = {}
+    for results in replicates.values():
+        for dataset in set(results["dataset"]):
+            counts[dataset] = counts.get(dataset, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def selection_noise(spread: pd.DataFrame) -> list[str]:

@@ -444,7 +444,13 @@ def check(dest: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kcal report", description=__doc__.split("\n")[0])
-    p.add_argument("root", type=Path, nargs="?", help="reproduction root, e.g. outputs/reproduce/full")
+    p.add_argument(
+        "root",
+        type=Path,
+        nargs="?",
+        help="reproduction root, e.g. outputs/reproduce/full (left out: regenerate dest from its published "
+        "CSVs, as after a change to the report's code)",
+    )
     p.add_argument("dest", type=Path, help="where the report lives, e.g. docs/results/full")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
     p.add_argument("--profile", help="the reproduction's profile (default: with --add, the one of the "
@@ -481,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         stale = check(args.dest)
         if stale:
             print(f"kcal report: {', '.join(stale)} in {args.dest} differ from what its results.csv/studies.csv "
-                  f"give; run `kcal report <root> {args.dest}` to regenerate", file=sys.stderr)  # fmt: skip
+                  f"give; run `kcal report {args.dest}` to regenerate them", file=sys.stderr)  # fmt: skip
             return 1
         print(f"kcal report: {args.dest} matches its results.csv and studies.csv")
         return 0
@@ -495,7 +501,11 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
         return 0
     if args.root is None:
-        p.error("give the reproduction root (or --check)")
+        if args.replicate or args.trials or args.add or args.keep or args.datasets:
+            p.error("give the reproduction root to publish from (dest alone only regenerates its files)")
+        render(args.dest, args.dest)
+        print(f"kcal report: regenerated {args.dest} from its results.csv and studies.csv")
+        return 0
     if args.replicate:
         for path in publish_replicate(args.root, args.dest, args.replicate, args.storage):
             print(path)
