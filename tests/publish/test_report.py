@@ -110,7 +110,7 @@ def test_publish_keeps_every_trial_and_draws_budget_curves(smoke_root, tmp_path)
         assert set(table["direction"]) == {"minimize"} and "test/qce" in table.columns
     text = (dest / "RESULTS.md").read_text()
     budget = text.split("<!-- kcal.report:budget -->")[1].split("<!-- /kcal.report -->")[0]
-    assert "| crime | nll | 1 |" in budget and "| crime | nll_mmd | 1 |" in budget
+    assert "| crime | nll | published | 1 |" in budget and "| crime | nll_mmd | published | 1 |" in budget
     assert (dest / "figures" / "budget_crime.png").stat().st_size > 0
     assert check(dest) == []
     trials_table(data, "crime", "nll").unlink()
@@ -160,6 +160,8 @@ def test_a_replicate_is_published_apart_and_adds_the_protocol_spread(smoke_root,
     assert "| exact | regression | crime | NLL | qce | 2 |" in spread
     text = (dest / "RESULTS.md").read_text()
     assert "Replicates of the whole protocol beside the published run: sampler_seed=1" in text
+    budget = text.split("<!-- kcal.report:budget -->")[1].split("<!-- /kcal.report -->")[0]
+    assert "| crime | nll | published | 1 |" in budget and "| crime | nll | sampler_seed=1 | 1 |" in budget
     assert check(dest) == []
 
 

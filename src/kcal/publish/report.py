@@ -155,38 +155,54 @@ def _text(value) -> str:
     return "—" if pd.isna(value) or value == "" else str(value)
 
 
-def budget_table(trials: pd.DataFrame) -> str:
-    """Per study with kept trials: the expected best selection score after 1, 10, n/2 and n trials
+def budget_table(runs: dict[str, pd.DataFrame]) -> str:
+    """Per study with kept trials, of each run of the protocol (``runs``: ``{run name: its trials}``, the
+    published run and its replicates): the expected best selection score after 1, 10, n/2 and n trials
     (:mod:`kcal.publish.budget`) and whether n trials reached the plateau by its rule."""
-    scores = selection_scores(trials)
+    scores = {(dataset, objective, run): value for run, trials in runs.items()
+              for (dataset, objective), value in selection_scores(trials).items()}  # fmt: skip
     if not scores:
         return "(no trials kept)"
     lines = [f"Expected best validation score (the study's selection score: accuracy or NLL) of k trials drawn "
-             f"from the study's own complete trials (Dodge et al. 2019). Plateau: the gain from n/2 to n trials "
+             f"from the study's own complete trials (Dodge et al. 2019), for each run of the protocol whose "
+             f"trials are kept (the published one and its replicates). Plateau: the gain from n/2 to n trials "
              f"is below {PLATEAU_SHARE:g} of the gain from 1 to n (rule in `kcal.publish.budget`).", "",
-             "| dataset | objective | n | k = 1 | k = 10 | k = n/2 | k = n | plateau at n |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
-    for (dataset, objective), (values, maximize) in scores.items():
+             "| dataset | objective | run | n | k = 1 | k = 10 | k = n/2 | k = n | plateau at n |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for dataset, objective, run in sorted(
+        scores, key=lambda key: (key[0], key[1], key[2] != PUBLISHED, key[2])
+    ):
+        values, maximize = scores[(dataset, objective, run)]
         n = len(values)
         e1, e10, half, last = expected_best(values, [1, min(10, n), max(1, n // 2), n], maximize)
         reached, late, total = reached_plateau(values, maximize)
         verdict = "reached" if reached else f"not reached (late gain {late:.4g} of {total:.4g})"
-        lines.append(
-            f"| {dataset} | {objective} | {n} | {e1:.4f} | {e10:.4f} | {half:.4f} | {last:.4f} | {verdict} |"
-        )
+        lines.append(f"| {dataset} | {objective} | {run} | {n} | {e1:.4f} | {e10:.4f} | {half:.4f} | {last:.4f} "
+                     f"| {verdict} |")  # fmt: skip
     return "\n".join(lines)
 
 
+def runs_trials(data: Path) -> dict[str, pd.DataFrame]:
+    """The kept trials of every run of the protocol published in ``data``: ``{PUBLISHED: ..., <replicate>: ...}``."""
+    kept = {PUBLISHED: read_trials(data)}
+    kept.update({name: read_trials(path) for name, path in layout.replicate_data_dirs(data).items()})
+    return kept
+
+
+def draw_budget_figures(data: Path, dest: Path) -> list[Path]:
+    """Redraw the report's budget figures from every run's kept trials (:func:`runs_trials`)."""
+    runs = runs_trials(data)
+    return draw_budget_curves(runs.pop(PUBLISHED), layout.figures_dir(dest), replicates=runs)
+
+
 def blocks(
-    results: pd.DataFrame, studies: pd.DataFrame, profile: str, trials: pd.DataFrame | None = None
+    results: pd.DataFrame, studies: pd.DataFrame, profile: str, runs: dict[str, pd.DataFrame] | None = None
 ) -> dict[str, str]:
-    """Every generated block of RESULTS.md, by name."""
+    """Every generated block of RESULTS.md, by name (``runs``: every run's kept trials, :func:`runs_trials`)."""
     out = {"profile": profile_note(profile)}
     out["claims"] = "\n".join(f"- {line}" for line in claims_summary(results, profile=profile))
     out["studies"] = studies_table(studies)
-    out["budget"] = budget_table(
-        trials if trials is not None else pd.DataFrame(columns=["dataset", "objective"])
-    )
+    out["budget"] = budget_table(runs or {})
     for ds in sorted(set(results["dataset"])):
         out[f"dataset:{ds}"] = side_by_side(results, ds)
     return out
@@ -243,15 +259,14 @@ def render(dest: Path, out: Path) -> None:
     results = load_results(data / "results.csv")
     studies = pd.read_csv(data / "studies.csv")
     write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
-    generated = blocks(results, studies, profile, read_trials(data))
+    kept = runs_trials(data)
+    generated = blocks(results, studies, profile, kept)
     generated["withdrawn"] = withdrawn_block(results, data)
     replicates = replicates_of(results, {n: load_results(p / layout.RESULTS_FILE)
                                          for n, p in layout.replicate_data_dirs(data).items()})  # fmt: skip
     spread = spread_frame(replicates) if replicates else pd.DataFrame()
     generated["protocol"] = summary_markdown(replicates, spread)
     generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
-    kept = {name: read_trials(path) for name, path in layout.replicate_data_dirs(data).items()}
-    kept[PUBLISHED] = read_trials(data)
     estimate = estimate_frame(spread, replicates, kept) if not spread.empty else pd.DataFrame()
     generated["protocol:estimate"] = estimate_markdown(estimate)
     if replicates:
@@ -349,7 +364,7 @@ def publish(
         only(pd.read_csv(src)).to_csv(data / "results.csv", index=False)
     studies.to_csv(data / "studies.csv", index=False)
     write_trials(only(trial_rows(root, storage)), data)
-    draw_budget_curves(read_trials(data), layout.figures_dir(dest))
+    draw_budget_figures(data, dest)
     for (dataset, objective), best in layout.best_files(root).items():
         if datasets and dataset not in datasets:
             continue
@@ -370,7 +385,7 @@ def publish_trials(root: Path, dest: Path, storage: str | None = None) -> list[P
     export, say). Returns the trials tables written."""
     _, data = report_info(dest)
     written = write_trials(trial_rows(root, storage), data)
-    draw_budget_curves(read_trials(data), layout.figures_dir(dest))
+    draw_budget_figures(data, dest)
     render(dest, dest)
     return written
 
@@ -430,6 +445,7 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
     studies, _ = added(folder / "studies.csv", study_rows(root, storage))
     studies.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / "studies.csv", index=False)
     written = write_trials(trial_rows(root, storage), folder)
+    draw_budget_figures(data, dest)
     render(dest, dest)
     return [folder / layout.RESULTS_FILE, folder / "studies.csv", *written]
 
@@ -503,8 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.root is None:
         if args.replicate or args.trials or args.add or args.keep or args.datasets:
             p.error("give the reproduction root to publish from (dest alone only regenerates its files)")
+        draw_budget_figures(report_info(args.dest)[1], args.dest)
         render(args.dest, args.dest)
-        print(f"kcal report: regenerated {args.dest} from its results.csv and studies.csv")
+        print(f"kcal report: regenerated {args.dest} and its budget figures from its published CSVs")
         return 0
     if args.replicate:
         for path in publish_replicate(args.root, args.dest, args.replicate, args.storage):
