@@ -34,9 +34,7 @@ def test_a_dataset_with_replicate_trials_only_gets_its_figure_and_every_run_is_a
         "budget_crime.png",
         "budget_heart-disease.png",
     ]
-    crime = (
-        drawn["budget_crime"] if "budget_crime" in drawn else drawn[next(n for n in drawn if "crime" in n)]
-    )
+    crime = drawn["budget_crime"]
     assert len(crime) == 2 and all(width < 1.0 for width, _ in crime)
     assert [label for _, label in crime].count("NLL (2 replicates)") == 1
     heart = drawn["budget_heart-disease"]

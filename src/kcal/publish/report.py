@@ -291,6 +291,14 @@ def added(published: Path, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFram
     return pd.concat([old[~hit], new], ignore_index=True), old[hit]
 
 
+def add_to(path: Path, rows: pd.DataFrame) -> Path:
+    """Write :func:`added` of ``rows`` into the CSV at ``path`` (the pairs ``rows`` holds replaced, the others
+    kept), sorted by (dataset, objective); returns ``path``."""
+    combined, _ = added(path, rows)
+    combined.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(path, index=False)
+    return path
+
+
 def pairs_of(frame: pd.DataFrame) -> set[tuple[str, str]]:
     """The (dataset, objective) pairs that ``frame``'s rows hold."""
     return set(map(tuple, frame[PAIR].drop_duplicates().to_numpy()))
@@ -313,9 +321,7 @@ def keep_replaced(data: Path, name: str, replaced: dict[str, pd.DataFrame]) -> l
         if rows.empty:
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        combined, _ = added(folder / file, rows)
-        combined.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / file, index=False)
-        written.append(folder / file)
+        written.append(add_to(folder / file, rows))
     return written
 
 
@@ -438,12 +444,8 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
         raise SystemExit(f"kcal report: {src} not found; run the replicate (kcal reproduce) first")
     folder = layout.replicate_data_dir(data, name)
     folder.mkdir(parents=True, exist_ok=True)
-    results, _ = added(folder / layout.RESULTS_FILE, pd.read_csv(src))
-    results.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(
-        folder / layout.RESULTS_FILE, index=False
-    )
-    studies, _ = added(folder / "studies.csv", study_rows(root, storage))
-    studies.sort_values(PAIR, kind="stable", ignore_index=True).to_csv(folder / "studies.csv", index=False)
+    add_to(folder / layout.RESULTS_FILE, pd.read_csv(src))
+    add_to(folder / "studies.csv", study_rows(root, storage))
     written = write_trials(trial_rows(root, storage), folder)
     draw_budget_figures(data, dest)
     render(dest, dest)
