@@ -78,3 +78,28 @@ def test_trial_range_places_values_among_the_trials_test_metrics(tmp_path):
         and missing.stderr.count("\n") == 1
         and "no finished trial with test/ece" in missing.stderr
     )
+
+
+def test_smallest_distinct_pair_in_blocks_equals_the_whole_matrix():
+    import torch
+
+    from kcal.bench.xkernel_identity import smallest_distinct_pair
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 5, generator=g, dtype=torch.float64)
+    d2 = torch.cdist(x, x) ** 2
+    d2.fill_diagonal_(float("inf"))
+    assert smallest_distinct_pair(x, block=8) == pytest.approx(float(d2.min()), rel=1e-9)
+    x[30] = x[3]  # a duplicated row, in another block: distance 0, not the diagonal's
+    assert smallest_distinct_pair(x, block=8) == pytest.approx(0.0, abs=1e-12)
+
+
+@needs("crime")
+def test_xkernel_identity_tabulates_a_given_bandwidth():
+    cmd = [sys.executable, "-m", "kcal.bench.xkernel_identity", "--dataset", "crime", "--bandwidths", "1.25"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    assert re.search(r"crime: \d+ training rows x \d+ features", out)
+    assert re.search(
+        r"^\| 1\.25 \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.e+-]+ \|$", out, re.M
+    )
+    assert "smallest d^2 over all pairs of training rows" in out
