@@ -39,23 +39,21 @@ def draw_budget_curves(
             color = COLORS.get(objective)
             style = LINESTYLES.get(objective, "-")
             label = objective_label(objective)
-            if (dataset, objective) in published:
-                values, maximize = published[(dataset, objective)]
-                curve = budget_curve(values, maximize)
-                ax.plot(curve["k"], curve["mean"], style, color=color, label=f"{label} (n = {len(values)})")
-                ax.fill_between(curve["k"], curve["mean"] - curve["std"], curve["mean"] + curve["std"],
-                                color=color, alpha=0.12, linewidth=0)  # fmt: skip
-                lows.append(curve["mean"].min())
-                highs.append(curve["mean"].max())
-                sizes.append(len(values))
-                label = None
             runs = sorted(name for d, o, name in others if (d, o) == (dataset, objective))
-            for name in runs:
-                values, maximize = others[(dataset, objective, name)]
+            series = [(None, *published[(dataset, objective)])] if (dataset, objective) in published else []
+            series += [(name, *others[(dataset, objective, name)]) for name in runs]
+            for name, values, maximize in series:  # the published run first (None), then each replicate
                 curve = budget_curve(values, maximize)
-                ax.plot(curve["k"], curve["mean"], style, color=color, linewidth=0.8, alpha=0.55,
-                        label=f"{label} ({len(runs)} replicates)" if label else None)  # fmt: skip
-                label = None
+                if name is None:
+                    ax.plot(
+                        curve["k"], curve["mean"], style, color=color, label=f"{label} (n = {len(values)})"
+                    )
+                    ax.fill_between(curve["k"], curve["mean"] - curve["std"], curve["mean"] + curve["std"],
+                                    color=color, alpha=0.12, linewidth=0)  # fmt: skip
+                else:
+                    ax.plot(curve["k"], curve["mean"], style, color=color, linewidth=0.8, alpha=0.55,
+                            label=f"{label} ({len(runs)} replicates)" if label else None)  # fmt: skip
+                label = None  # one legend entry per objective
                 lows.append(curve["mean"].min())
                 highs.append(curve["mean"].max())
                 sizes.append(len(values))
