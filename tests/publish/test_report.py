@@ -272,3 +272,25 @@ def test_dest_alone_regenerates_the_report_from_its_csvs(smoke_root, tmp_path, c
     assert (dest / "RESULTS.md").read_text() == text
     with pytest.raises(SystemExit):
         main(["--replicate", "sampler_seed=1", str(dest)])  # a replicate needs its root
+
+
+@needs_crime
+def test_seeds_end_is_when_training_ended_not_when_the_seeds_were_evaluated_again(smoke_root, tmp_path):
+    """``kcal reevaluate`` rewrites each seed's metrics.json; studies.csv's ``seeds_end`` still reads the time
+    the seeds' forecasts were written."""
+    import os
+    from datetime import datetime, timezone
+
+    from kcal.core import layout
+    from kcal.publish.report import study_rows
+
+    root = copy_root(smoke_root, tmp_path / "root")
+    trained, evaluated = 1_700_000_000, 1_700_090_000
+    metrics = [p for label in ("nll", "nll_mmd") for p in layout.finished_seed_files(root / "crime" / label)]
+    assert metrics and all(p.with_name(layout.PREDICTIONS_FILE).exists() for p in metrics)
+    for p in metrics:
+        os.utime(p.with_name(layout.PREDICTIONS_FILE), (trained, trained))
+        os.utime(p, (evaluated, evaluated))
+    rows = study_rows(root)
+    expected = datetime.fromtimestamp(trained, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    assert set(rows["seeds_end"]) == {expected}

@@ -263,6 +263,14 @@ def finished_seed_files(parent: Path) -> list[Path]:
     return sorted(Path(parent).glob(FINISHED_SEED_GLOB))
 
 
+def seed_trained_at(metrics: Path) -> float:
+    """When the seed whose ``metrics.json`` is ``metrics`` finished training (a POSIX time): the time its
+    ``predictions.npz`` was written, where it has one, else its ``metrics.json``'s. Evaluating a seed again
+    (``kcal reevaluate``) rewrites ``metrics.json`` and ``run.json`` but never the forecasts it reads."""
+    forecasts = Path(metrics).with_name(PREDICTIONS_FILE)
+    return (forecasts if forecasts.exists() else Path(metrics)).stat().st_mtime
+
+
 def summary_files(root: Path | str) -> list[Path]:
     """Every seed rerun's ``summary.csv`` under a reproduction root."""
     return sorted(Path(root).glob(f"*/*/{SUMMARY_FILE}"))

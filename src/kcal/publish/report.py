@@ -87,7 +87,7 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
         seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
                       if t.datetime_start and t.datetime_complete)  # fmt: skip
         seed_files = layout.finished_seed_files(layout.label_dir(root, dataset, objective, selection))
-        seeds_end = max((p.stat().st_mtime for p in seed_files), default=None)
+        seeds_end = max((layout.seed_trained_at(p) for p in seed_files), default=None)
         rows.append({
             "dataset": dataset, "objective": objective, "study": summary.study_name,
             "complete": len(complete), "failed": len(counted_fail),
