@@ -108,3 +108,16 @@ def test_every_python_module_and_script_the_docs_name_exists():
     assert [m for m in sorted(modules) if m not in former and importlib.util.find_spec(m) is None] == []
     paths = set(re.findall(r"python3? ((?:[\w.-]+/)+[\w.-]+\.py)", text))
     assert [p for p in sorted(paths) if not (repo / p).is_file()] == []
+
+
+def test_every_published_figure_is_linked_from_its_report_and_every_link_resolves():
+    """Each figure under a report's figures/ is shown or linked in its RESULTS.md (one per dataset and kind), and
+    every figure the report links exists."""
+    repo = README.parent
+    for report in sorted((repo / "docs" / "results").glob("*/RESULTS.md")):
+        figures = report.parent / "figures"
+        text = report.read_text()
+        linked = set(re.findall(r"\(figures/([^)\s]+\.png)\)", text))
+        assert all((figures / name).exists() for name in linked), sorted(n for n in linked if not (figures / n).exists())
+        drawn = {p.name for p in figures.glob("*.png")} if figures.is_dir() else set()
+        assert not drawn - linked, f"{report}: figures not linked: {sorted(drawn - linked)}"
