@@ -118,6 +118,7 @@ def test_every_published_figure_is_linked_from_its_report_and_every_link_resolve
         figures = report.parent / "figures"
         text = report.read_text()
         linked = set(re.findall(r"\(figures/([^)\s]+\.png)\)", text))
-        assert all((figures / name).exists() for name in linked), sorted(n for n in linked if not (figures / n).exists())
+        missing = sorted(name for name in linked if not (figures / name).exists())
+        assert not missing, f"{report}: linked figures missing: {missing}"
         drawn = {p.name for p in figures.glob("*.png")} if figures.is_dir() else set()
         assert not drawn - linked, f"{report}: figures not linked: {sorted(drawn - linked)}"
