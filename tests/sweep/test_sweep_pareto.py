@@ -146,6 +146,21 @@ def test_every_trial_records_the_regularisers_share(crime_root):
             assert t.user_attrs["reg_share_median"] >= 0
 
 
+def test_every_trial_keeps_its_validation_curve(crime_root):
+    """Each finished trial of a paper-selection study reports history.csv's val/nll per epoch to Optuna, and
+    the published trials table carries it (what a pruning replay reads)."""
+    from kcal.publish.trials import read_curve, trial_rows
+
+    rows = trial_rows(crime_root)
+    name = "crime__nll_mmd__paper"
+    for t in load(crime_root, name).get_trials(states=(TrialState.COMPLETE,)):
+        with open(Path(t.user_attrs["run_dir"]) / "history.csv", newline="") as f:
+            curve = {int(r["epoch"]): float(r["val/nll"]) for r in csv.DictReader(f)}
+        assert curve and t.intermediate_values == curve
+        cell = rows[(rows["study"] == name) & (rows["number"] == t.number)]["curve"].item()
+        assert read_curve(cell) == pytest.approx([curve[e] for e in sorted(curve)], rel=1e-6)
+
+
 @needs("breast-cancer")
 def test_classification_pareto_sweep(tmp_path):
     sweep(sweep_cfg("dataset=breast-cancer", "objective=xe", *SMOKE, f"root={tmp_path}", PARETO))

@@ -2,7 +2,9 @@
 
 One row per trial of each paper-selection study in a root (its Optuna storage, default ``<root>/sweeps.db``):
 the study, the trial's number, state and kcal status, the selection score (``value``: the validation
-metric the study optimises, in the study's direction), the sampled parameters (JSON), and every number of
+metric the study optimises, in the study's direction), the sampled parameters (JSON), the per-epoch
+validation curve (``curve``: JSON list of :data:`kcal.sweep.search.CURVE_KEY` by epoch, kept for studies run
+since curves were recorded; empty before), and every number of
 the trial's ``metrics.json`` (validation and test metrics in both flavours; empty where the trial left no
 file, e.g. a failed one, or one whose files stayed on another machine). ``kcal.publish.report`` writes it per
 dataset and objective (:func:`write_trials`) beside the published results, so that budget curves
@@ -19,7 +21,8 @@ import pandas as pd
 from kcal.core import layout
 from kcal.sweep.studies import STATUS
 
-KEY_COLUMNS = ["dataset", "objective", "study", "number", "state", "status", "direction", "value", "params"]
+KEY_COLUMNS = ["dataset", "objective", "study", "number", "state", "status", "direction", "value", "params",
+               "curve"]
 """The columns every trials table starts with; each metric of the trials' ``metrics.json`` follows."""
 METRIC_PREFIXES = ("val/", "test/", "test_recal/", "official/")
 """Keys of a trial's ``metrics.json`` that the table keeps (numbers only)."""
@@ -33,6 +36,19 @@ def trial_metrics(root: Path, dataset: str, objective: str, number: int) -> dict
     metrics = json.loads(path.read_text())
     return {k: float(v) for k, v in metrics.items()
             if k.startswith(METRIC_PREFIXES) and isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+
+
+def curve_text(values: dict[int, float]) -> str | None:
+    """A trial's per-epoch validation curve (its Optuna intermediate values, epoch 0 first) as a JSON list with
+    7 significant digits, or None when it reported none (trials of studies run before curves were kept)."""
+    if not values:
+        return None
+    return json.dumps([float(f"{values[e]:.7g}") for e in sorted(values)])
+
+
+def read_curve(text) -> list[float]:
+    """The curve of a trials table's ``curve`` cell (empty for a trial without one)."""
+    return json.loads(text) if isinstance(text, str) and text else []
 
 
 def trial_rows(root: Path, storage=None) -> pd.DataFrame:
@@ -54,6 +70,7 @@ def trial_rows(root: Path, storage=None) -> pd.DataFrame:
                 "state": t.state.name.lower(), "status": t.user_attrs.get(STATUS, ""), "direction": direction,
                 "value": t.value if t.values is not None and len(t.values) == 1 else None,
                 "params": json.dumps(t.params, sort_keys=True),
+                "curve": curve_text(t.intermediate_values),
                 **trial_metrics(root, dataset, objective, t.number),
             })  # fmt: skip
     frame = pd.DataFrame(rows)

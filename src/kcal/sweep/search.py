@@ -11,6 +11,10 @@
   orders exactly by accuracy first, then lower ECE), maximised. With ``sweep.selection=pareto`` the
   study is multi-objective instead, a study of its own (:mod:`kcal.sweep.selection`: its metrics, its front
   and which front trial is selected); its trials go to ``<objective>/sweep__pareto/``.
+* Every trial keeps its per-epoch validation curve (:data:`CURVE_KEY`, validation NLL / cross-entropy) as
+  Optuna intermediate values (``trial.report``; paper-selection studies: Optuna keeps none for a
+  multi-objective one), published with its trials (:mod:`kcal.publish.trials`),
+  so pruners can be replayed over finished studies.
 * Every trial records whether the regulariser acted: the user attributes ``reg_share_median`` and
   ``reg_share_at_best``, the median over epochs of ``history.csv``'s ``train/reg_share`` and its value
   at the best epoch.
@@ -86,15 +90,24 @@ def trial_value(metrics: dict, task: str, n_val: int) -> float:
     return float(metrics["val/acc"]) - float(metrics["val/ece"]) / (n_val + 1)
 
 
-def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
-    """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
-    in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
+#: the per-epoch validation value every trial reports to Optuna (``trial.report``): validation NLL, the
+#: cross-entropy for classes; what a pruner reads, and what a pruning replay reads from the kept trials
+CURVE_KEY = "val/nll"
+
+
+def history_column(run_dir: Path, key: str) -> dict[int, float]:
+    """``{epoch: value}`` of column ``key`` of a run's ``history.csv`` (empty without the file or column)."""
     path = run_dir / layout.HISTORY_FILE
     if not path.is_file():
         return {}
     with path.open(newline="") as f:
-        shares = {int(row["epoch"]): float(row["train/reg_share"]) for row in csv.DictReader(f)
-                  if row.get("train/reg_share")}  # fmt: skip
+        return {int(row["epoch"]): float(row[key]) for row in csv.DictReader(f) if row.get(key)}
+
+
+def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
+    """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
+    in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
+    shares = history_column(run_dir, "train/reg_share")
     out = {"reg_share_median": statistics.median(shares.values())} if shares else {}
     if best_epoch is not None and int(best_epoch) in shares:
         out["reg_share_at_best"] = shares[int(best_epoch)]
@@ -138,6 +151,9 @@ def run_trial(
             metrics = run(trial_cfg, out)
             for key, share in reg_share(out, metrics.get("best_epoch")).items():
                 trial.set_user_attr(key, share)
+            if not is_pareto(study):  # Optuna keeps intermediate values of single-objective studies only
+                for epoch, value in sorted(history_column(out, CURVE_KEY).items()):
+                    trial.report(value, epoch)  # the validation curve, kept with the trial (pruning replays)
             if metrics["status"] != "ok":
                 raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
             if selection_of(cfg) == "paper":
