@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import optuna
@@ -166,8 +167,58 @@ def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> s
 # ------------------------------------------------------------------------------------------------
 # the parent: what to submit next
 # ------------------------------------------------------------------------------------------------
-def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float = 5.0) -> None:
-    """Run every stage's sweep trials and seed chunks on ``jobs`` processes; return when all are done."""
+MAX_POOL_RESTARTS = 10
+""":func:`run_pool` gives up when its pool broke this many times in a row with no task finished in between
+(a worker that dies on every task, e.g. out of memory, would otherwise restart it for ever)."""
+
+
+def run_pool(
+    stages: list[Stage],
+    jobs: int,
+    progress: Progress,
+    poll_s: float = 5.0,
+    max_restarts: int = MAX_POOL_RESTARTS,
+) -> None:
+    """Run every stage's sweep trials and seed chunks on ``jobs`` processes; return when all are done.
+
+    A worker process that dies (SIGKILL, the kernel's OOM killer) breaks the pool
+    (:class:`~concurrent.futures.process.BrokenProcessPool`). Its other workers are killed too, a line says
+    so, and a new pool plans the work again from the storage and the seed folders, as a resumed command
+    would: the trials that were running go stale once their heartbeat is older than ``sweep.grace_period``
+    and are retried (:mod:`kcal.sweep.search`), seeds without a ``metrics.json`` are trained again, and
+    nothing finished runs twice. After ``max_restarts`` restarts in a row without a finished task the error
+    is raised."""
+    finished = Counter()
+    restarts = in_a_row = 0
+    while True:
+        before = finished["tasks"]
+        try:
+            return run_pool_once(stages, jobs, progress, poll_s, finished)
+        except BrokenProcessPool as exc:
+            for (
+                child
+            ) in multiprocessing.active_children():  # the broken pool's SIGTERM may not stop a seed chunk
+                child.kill()
+                child.join()
+            in_a_row = 0 if finished["tasks"] > before else in_a_row + 1
+            if in_a_row > max_restarts:
+                raise
+            restarts += 1
+            print(f"a worker process died ({exc}); pool started again (restart {restart_text(restarts, in_a_row)}); "
+                  "its running trials are retried once their heartbeat is older than sweep.grace_period",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+
+def restart_text(restarts: int, in_a_row: int) -> str:
+    return f"{restarts}" + (f", {in_a_row} in a row with no task finished" if in_a_row else "")
+
+
+def run_pool_once(
+    stages: list[Stage], jobs: int, progress: Progress, poll_s: float = 5.0, finished: Counter | None = None
+) -> None:
+    """One pool's run of :func:`run_pool`: it raises ``BrokenProcessPool`` when a worker dies; ``finished``
+    counts the tasks that came back (``finished["tasks"]``)."""
+    finished = Counter() if finished is None else finished
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
     costs = {key: work_cost(cfg) for key, cfg in studies.items()}
     opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
@@ -260,6 +311,8 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
                 done, _ = wait(list(futures), timeout=poll_s, return_when=FIRST_COMPLETED)
                 for fut in done:
                     kind, what, group = futures.pop(fut)
+                    if fut.exception() is None:
+                        finished["tasks"] += 1
                     if kind == "trial":
                         in_flight[what] -= 1
                         dirty.add(what)
