@@ -157,8 +157,10 @@ def test_every_trial_keeps_its_validation_curve(crime_root):
         with open(Path(t.user_attrs["run_dir"]) / "history.csv", newline="") as f:
             curve = {int(r["epoch"]): float(r["val/nll"]) for r in csv.DictReader(f)}
         assert curve and t.intermediate_values == curve
-        cell = rows[(rows["study"] == name) & (rows["number"] == t.number)]["curve"].item()
-        assert read_curve(cell) == pytest.approx([curve[e] for e in sorted(curve)], rel=1e-6)
+        row = rows[(rows["study"] == name) & (rows["number"] == t.number)]
+        assert read_curve(row["curve"].item()) == pytest.approx([curve[e] for e in sorted(curve)], rel=1e-6)
+        for key in ("epochs", "best_epoch", "reg_share_at_best"):  # what a pruning replay compares
+            assert row[key].item() == pytest.approx(t.user_attrs[key], rel=1e-6)
 
 
 @needs("breast-cancer")

@@ -1,0 +1,178 @@
+"""Pruners replayed over finished studies: what Optuna's Median and SuccessiveHalving pruners would have cut,
+and whether the protocol would still have selected what it selected.
+
+    python -m kcal.publish.pruning_replay <data folder> [<data folder> ...] [--out replay.csv]
+
+A data folder is a published one (``src/kcal/resources/results/full``, a replicate's or an experiment's
+folder) whose trials tables carry the trials' per-epoch validation curves (``curve``,
+:mod:`kcal.publish.trials`; studies run before curves were kept have none and are left out).
+
+The replay, per study and pruner setting (:data:`SETTINGS`): a new in-memory Optuna study with that pruner
+receives the study's trials in the order they ran (trial number). Each trial reports, epoch by epoch, the
+*running best* of its curve (validation NLL, for classes the cross-entropy: lower is better; the running
+best is what early stopping keeps, so a noisy epoch does not prune a trial whose best epoch is already good),
+and stops at the first epoch the pruner prunes it. The final selection is the paper's (the study's own
+value: validation NLL, or accuracy with ECE ties), over the trials that were not pruned. The sampler is not
+replayed: the same trials run in the same order, as if pruning had not changed what TPE sampled next (a live
+pruned sweep samples other trials after the first prune), so this measures the pruner's decisions.
+
+Measured per study (:func:`replay_study`):
+
+* ``survived``: the full protocol's selected trial is not pruned;
+* ``regret``: the selection value of the full selection minus that of the selection under pruning, in the
+  study's direction (0 when the selected trial survives; > 0 is worse);
+* ``epochs_saved``: 1 - epochs trained under pruning / epochs trained in full;
+* ``reg_share`` / ``reg_share_full``: the regulariser's share (``reg_share_at_best``) of the trial selected
+  under pruning and of the full selection: does pruning favour trials whose regulariser is off?
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pandas as pd
+
+from kcal.publish.trials import read_curve, read_trials
+
+#: pruner settings replayed: name -> a function making the pruner. Warm-up and minimum resource in epochs;
+#: the full protocol trains each trial at most 200 epochs with early stopping (patience 20 on the paper's
+#: classification and regression sweeps), so 5 to 20 epochs is where most trials still improve.
+SETTINGS: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
+    "median/warmup=5": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5),
+    "median/warmup=10": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=10),
+    "median/warmup=20": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=20),
+    "sha/min=5": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=3),
+    "sha/min=10": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=10, reduction_factor=3),
+    "sha/min=20": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=20, reduction_factor=3),
+}
+
+COLUMNS = ["dataset", "objective", "source", "setting", "trials", "pruned", "survived", "regret",
+           "epochs_full", "epochs_pruned", "epochs_saved", "selected_full", "selected_pruned", "reg_share_full",
+           "reg_share"]  # fmt: skip
+
+
+def running_best(curve: list[float]) -> list[float]:
+    """``min(curve[:i + 1])`` for each epoch ``i``; a non-finite value never counts as a best (inf until a
+    finite one)."""
+    out, best = [], math.inf
+    for v in curve:
+        if math.isfinite(v) and v < best:
+            best = v
+        out.append(best)
+    return out
+
+
+def epochs_under(pruner: optuna.pruners.BasePruner, curves: list[list[float]]) -> list[int | None]:
+    """For each curve, in order: the epochs it trains before the pruner stops it (None: not pruned)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", pruner=pruner, sampler=optuna.samplers.RandomSampler(0))
+    out = []
+    for curve in curves:
+        trial = study.ask()
+        stopped = None
+        best = running_best(curve)
+        for epoch, value in enumerate(best):
+            trial.report(value if math.isfinite(value) else 1e300, epoch)
+            if trial.should_prune():
+                stopped = epoch + 1
+                break
+        if stopped is None:
+            study.tell(trial, best[-1] if best and math.isfinite(best[-1]) else 1e300)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        out.append(stopped)
+    return out
+
+
+def selected(values: pd.Series, maximize: bool):
+    """The index of the best value (the first of ties, as Optuna's best trial is the first)."""
+    return values.idxmax() if maximize else values.idxmin()
+
+
+def replay_study(trials: pd.DataFrame, setting: str) -> dict:
+    """One study's replay under one of :data:`SETTINGS` (``trials``: its rows of a trials table)."""
+    trials = trials.sort_values("number")
+    ran = trials[trials["curve"].map(lambda c: len(read_curve(c)) > 0)]
+    curves = [read_curve(c) for c in ran["curve"]]
+    stops = epochs_under(SETTINGS[setting](), curves)
+    ran = ran.assign(stop=pd.Series(stops, index=ran.index, dtype=object))
+    maximize = trials["direction"].iloc[0] == "maximize"
+    done = ran[(ran["state"] == "complete") & ran["value"].notna()]
+    kept = done[done["stop"].isna()]
+    full, pruned = selected(done["value"], maximize), selected(kept["value"], maximize) if len(kept) else None
+    sign = 1.0 if maximize else -1.0
+    regret = sign * (done.at[full, "value"] - kept.at[pruned, "value"]) if pruned is not None else math.inf
+    epochs_full = sum(len(c) for c in curves)
+    epochs_pruned = sum(len(c) if s is None else s for c, s in zip(curves, stops, strict=True))
+    share = trials.get("reg_share_at_best")
+    return {
+        "trials": len(curves), "pruned": sum(s is not None for s in stops), "survived": pruned == full,
+        "regret": regret, "epochs_full": epochs_full, "epochs_pruned": epochs_pruned,
+        "epochs_saved": 1.0 - epochs_pruned / epochs_full if epochs_full else 0.0,
+        "selected_full": int(done.at[full, "number"]),
+        "selected_pruned": int(kept.at[pruned, "number"]) if pruned is not None else None,
+        "reg_share_full": float(share[full]) if share is not None else math.nan,
+        "reg_share": float(share[pruned]) if share is not None and pruned is not None else math.nan,
+    }  # fmt: skip
+
+
+def replay(folders: dict[str, Path], settings: list[str] | None = None) -> pd.DataFrame:
+    """Every study with curves in the trials tables of ``folders`` (source name -> data folder), replayed
+    under each setting; one row per (study, setting), columns :data:`COLUMNS`."""
+    rows = []
+    for source, folder in folders.items():
+        trials = read_trials(folder)
+        if "curve" not in trials.columns:
+            continue
+        for (dataset, objective), group in trials.groupby(["dataset", "objective"], sort=True):
+            if not group["curve"].map(lambda c: len(read_curve(c)) > 0).any():
+                continue
+            group = group.reset_index(drop=True)
+            for setting in settings or list(SETTINGS):
+                rows.append({"dataset": dataset, "objective": objective, "source": source, "setting": setting,
+                             **replay_study(group, setting)})  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: studies, share of studies whose selected trial survives, median and max regret, median
+    epochs saved, and median selected regulariser share under pruning and in full."""
+    return (
+        rows.groupby("setting", sort=False)
+        .agg(
+            studies=("trials", "size"),
+            survived=("survived", "mean"),
+            regret_median=("regret", "median"),
+            regret_max=("regret", "max"),
+            epochs_saved=("epochs_saved", "median"),
+            reg_share=("reg_share", "median"),
+            reg_share_full=("reg_share_full", "median"),
+        )  # fmt: skip
+        .reset_index()
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m kcal.publish.pruning_replay", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("folders", nargs="+", type=Path, help="published data folders with trials/ tables")
+    p.add_argument("--out", type=Path, help="write the per-study rows here (CSV)")
+    args = p.parse_args(argv)
+    rows = replay({str(f): f for f in args.folders})
+    if rows.empty:
+        raise SystemExit("no study with per-epoch curves in " + ", ".join(map(str, args.folders)))
+    if args.out:
+        rows.to_csv(args.out, index=False, float_format="%.6g")
+        print(f"wrote {args.out} ({len(rows)} rows)")
+    print(summary(rows).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(json.dumps({"studies": int(rows.groupby(["source", "dataset", "objective"]).ngroups)}))
+
+
+if __name__ == "__main__":
+    main()
