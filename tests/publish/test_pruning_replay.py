@@ -8,7 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from kcal.publish.pruning_replay import replay_study, running_best, summary
+from kcal.publish.pruning_replay import replay_study, summary
+from kcal.sweep.pruners import running_best
 
 
 def test_running_best_ignores_non_finite_values():
@@ -32,7 +33,7 @@ def study(late_start: int) -> pd.DataFrame:
 
 
 def test_a_slow_starting_selection_is_pruned_before_the_warm_up_ends_and_kept_after():
-    cut = replay_study(study(late_start=15), "median/warmup=5")
+    cut = replay_study(study(late_start=15), "median_warmup5")
     # trials 0-4 are the startup trials; 5-7 and 9-11 follow the median exactly (not worse): never pruned;
     # trial 8 is worse than the median at epoch 5 (after the 5 warm-up steps): it stops after 6 epochs
     assert cut["pruned"] == 1 and not cut["survived"]
@@ -41,7 +42,7 @@ def test_a_slow_starting_selection_is_pruned_before_the_warm_up_ends_and_kept_af
     assert cut["epochs_full"] == 12 * 30 and cut["epochs_pruned"] == 11 * 30 + 6
     assert cut["epochs_saved"] == pytest.approx(24 / 360)
     assert (cut["reg_share_full"], cut["reg_share"]) == (1e-6, 1e-2)
-    kept = replay_study(study(late_start=15), "median/warmup=20")  # by epoch 20 trial 8 is at 0.5: best
+    kept = replay_study(study(late_start=15), "median_warmup20")  # by epoch 20 trial 8 is at 0.5: best
     assert kept["survived"] and kept["pruned"] == 0 and kept["regret"] == 0 and kept["epochs_saved"] == 0
 
 
@@ -54,6 +55,6 @@ def test_a_study_without_curves_has_no_replay_rows(tmp_path):
     frame.assign(curve="").to_csv(trials / "crime__nll.csv", index=False)
     assert replay({"none": tmp_path}).empty
     frame.to_csv(trials / "crime__nll.csv", index=False)
-    rows = replay({"kept": tmp_path}, ["median/warmup=5", "sha/min=5"])
-    assert list(rows["setting"]) == ["median/warmup=5", "sha/min=5"] and set(rows["trials"]) == {12}
+    rows = replay({"kept": tmp_path}, ["median_warmup5", "sha_min5"])
+    assert list(rows["setting"]) == ["median_warmup5", "sha_min5"] and set(rows["trials"]) == {12}
     assert summary(rows).loc[0, "survived"] == 0.0

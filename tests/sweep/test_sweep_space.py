@@ -122,7 +122,7 @@ def test_the_study_records_the_sampled_nll_weight_and_the_derived_weight(monkeyp
     cfg = sweep_cfg("dataset=crime", "objective=nll_mmd", "hparams_search=authors_first")
     trained = []
 
-    def fake_run(run_cfg, out):
+    def fake_run(run_cfg, out, epoch_hook=None):
         trained.append(run_cfg)
         return {"status": "ok", "val/nll": 1.0}
 

@@ -7,11 +7,10 @@ A data folder is a published one (``src/kcal/resources/results/full``, a replica
 folder) whose trials tables carry the trials' per-epoch validation curves (``curve``,
 :mod:`kcal.publish.trials`; studies run before curves were kept have none and are left out).
 
-The replay, per study and pruner setting (:data:`SETTINGS`): a new in-memory Optuna study with that pruner
+The replay, per study and pruner setting (:data:`kcal.sweep.pruners.SETTINGS`): a new in-memory Optuna study with that pruner
 receives the study's trials in the order they ran (trial number). Each trial reports, epoch by epoch, the
-*running best* of its curve (validation NLL, for classes the cross-entropy: lower is better; the running
-best is what early stopping keeps, so a noisy epoch does not prune a trial whose best epoch is already good),
-and stops at the first epoch the pruner prunes it. The final selection is the paper's (the study's own
+*running best* of its curve (validation NLL, for classes the cross-entropy), as a live pruned sweep does
+(:mod:`kcal.sweep.pruners`), and stops at the first epoch the pruner prunes it. The final selection is the paper's (the study's own
 value: validation NLL, or accuracy with ECE ties), over the trials that were not pruned. The sampler is not
 replayed: the same trials run in the same order, as if pruning had not changed what TPE sampled next (a live
 pruned sweep samples other trials after the first prune), so this measures the pruner's decisions.
@@ -31,40 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pandas as pd
 
 from kcal.publish.trials import read_curve, read_trials
-
-#: pruner settings replayed: name -> a function making the pruner. Warm-up and minimum resource in epochs;
-#: the full protocol trains each trial at most 200 epochs with early stopping (patience 20 on the paper's
-#: classification and regression sweeps), so 5 to 20 epochs is where most trials still improve.
-SETTINGS: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
-    "median/warmup=5": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5),
-    "median/warmup=10": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=10),
-    "median/warmup=20": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=20),
-    "sha/min=5": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=3),
-    "sha/min=10": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=10, reduction_factor=3),
-    "sha/min=20": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=20, reduction_factor=3),
-}
+from kcal.sweep.pruners import SETTINGS, reported, running_best
 
 COLUMNS = ["dataset", "objective", "source", "setting", "trials", "pruned", "survived", "regret",
            "epochs_full", "epochs_pruned", "epochs_saved", "selected_full", "selected_pruned", "reg_share_full",
            "reg_share"]  # fmt: skip
-
-
-def running_best(curve: list[float]) -> list[float]:
-    """``min(curve[:i + 1])`` for each epoch ``i``; a non-finite value never counts as a best (inf until a
-    finite one)."""
-    out, best = [], math.inf
-    for v in curve:
-        if math.isfinite(v) and v < best:
-            best = v
-        out.append(best)
-    return out
 
 
 def epochs_under(pruner: optuna.pruners.BasePruner, curves: list[list[float]]) -> list[int | None]:
@@ -77,12 +53,12 @@ def epochs_under(pruner: optuna.pruners.BasePruner, curves: list[list[float]]) -
         stopped = None
         best = running_best(curve)
         for epoch, value in enumerate(best):
-            trial.report(value if math.isfinite(value) else 1e300, epoch)
+            trial.report(reported(value), epoch)
             if trial.should_prune():
                 stopped = epoch + 1
                 break
         if stopped is None:
-            study.tell(trial, best[-1] if best and math.isfinite(best[-1]) else 1e300)
+            study.tell(trial, reported(best[-1]) if best else reported(math.inf))
         else:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         out.append(stopped)

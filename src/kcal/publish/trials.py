@@ -22,8 +22,18 @@ import pandas as pd
 from kcal.core import layout
 from kcal.sweep.studies import STATUS
 
-KEY_COLUMNS = ["dataset", "objective", "study", "number", "state", "status", "direction", "value", "params",
-               "curve"]
+KEY_COLUMNS = [
+    "dataset",
+    "objective",
+    "study",
+    "number",
+    "state",
+    "status",
+    "direction",
+    "value",
+    "params",
+    "curve",
+]
 """The columns every trials table starts with; each metric of the trials' ``metrics.json`` follows."""
 TRIAL_ATTRS = ("epochs", "best_epoch", "reg_share_median", "reg_share_at_best")
 """User attributes of a trial (:mod:`kcal.sweep.search`) the table keeps: how long it trained, and whether its

@@ -28,6 +28,7 @@ torch has it for the device (element-wise, so a member's update is the same alon
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,6 +139,9 @@ class Member:
     ckpt_state: dict | None = None  # the best weights (ModelCheckpoint's file, kept in memory)
     final_state: dict | None = None
     epochs: int = 0
+    #: called with each epoch's history row and the epoch; True stops the member there (a pruned sweep trial)
+    epoch_hook: Callable[[dict, int], bool] | None = None
+    pruned_epoch: int | None = None
 
     def __post_init__(self):
         if self.monitor is None:
@@ -340,6 +344,9 @@ class Engine:
                 m.ckpt_state = self.net.member_state(pos)
             can_stop = m.epochs >= self.min_epochs if self.min_epochs else True
             if (m.monitor.stop_requested and can_stop) or m.epochs >= self.max_epochs:
+                finished.append(pos)
+            elif m.epoch_hook is not None and m.epoch_hook(row, epoch):
+                m.pruned_epoch = epoch
                 finished.append(pos)
         if finished:
             self._retire(finished)

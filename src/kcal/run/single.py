@@ -3,6 +3,7 @@ weights, evaluate, write the run's files (:mod:`kcal.run.artifacts`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,21 +17,31 @@ from kcal.run.module import fit_members, member_result
 from kcal.run.setup import Prepared
 
 
-def run(cfg: DictConfig, output_dir: str | Path) -> dict:
-    """Train one model, restore its best weights, evaluate; write the run's files; return the metrics."""
+def run(
+    cfg: DictConfig, output_dir: str | Path, epoch_hook: Callable[[dict, int], bool] | None = None
+) -> dict:
+    """Train one model, restore its best weights, evaluate; write the run's files; return the metrics.
+    ``epoch_hook(row, epoch)``: called after each epoch with its history row; True stops training there
+    (a pruned sweep trial), and the run is evaluated as one that stopped early."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(cfg.seed, workers=False, verbose=False)  # stray global-RNG users stay seeded too
     prep = setup.prepare(cfg)
-    return train_members(prep, [int(cfg.seed)], [cfg], [out], progress=False, log_dir=out)[0]
+    return train_members(
+        prep, [int(cfg.seed)], [cfg], [out], progress=False, log_dir=out, epoch_hook=epoch_hook
+    )[0]
 
 
 def train_members(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs: list[Path],
-                  progress: bool, log_dir: Path | None = None) -> list[dict]:  # fmt: skip
+                  progress: bool, log_dir: Path | None = None,
+                  epoch_hook: Callable[[dict, int], bool] | None = None) -> list[dict]:  # fmt: skip
     """Train one member per seed in one engine and write each member's files; the metrics, in order.
-    ``log_dir``: where Lightning's CSV log of a single run goes (None: no log, as for seed reruns)."""
+    ``log_dir``: where Lightning's CSV log of a single run goes (None: no log, as for seed reruns);
+    ``epoch_hook``: each member's (:attr:`kcal.run.engine.Member.epoch_hook`)."""
     dev = setup.device(prep.cfg)
     members = [Member.create(s, c, Path(o), dev) for s, c, o in zip(seeds, cfgs, outs, strict=True)]
+    for m in members:
+        m.epoch_hook = epoch_hook
     for m in members:
         save_config(m.cfg, m.out)
     single = len(members) == 1

@@ -51,7 +51,12 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
     "objective.flavour_by_protocol",  # a table: the value it resolves to, objective.params.flavour, counts
 )  # fmt: skip
 # config key -> the value at which the fingerprint leaves it out
-LEFT_OUT_AT = {"sweep.selection": "paper", "objective.params.flavour": "kcal", "objective.base_weight": 1.0}
+LEFT_OUT_AT = {
+    "sweep.pruner": None,
+    "sweep.selection": "paper",
+    "objective.params.flavour": "kcal",
+    "objective.base_weight": 1.0,
+}
 SEEDS_ONLY_NOT_SHAPING = ("sweep",)  # seed runs take their hyperparameters from the best trial
 
 

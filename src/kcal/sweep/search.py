@@ -11,6 +11,9 @@
   orders exactly by accuracy first, then lower ECE), maximised. With ``sweep.selection=pareto`` the
   study is multi-objective instead, a study of its own (:mod:`kcal.sweep.selection`: its metrics, its front
   and which front trial is selected); its trials go to ``<objective>/sweep__pareto/``.
+* ``sweep.pruner`` (default none; :mod:`kcal.sweep.pruners`): a trial reports the running best of its
+  validation NLL every epoch and stops where the study's pruner says (state ``PRUNED``, counted towards
+  ``sweep.n_trials``). Not the paper's protocol: use it under its own root and label.
 * Every trial keeps its per-epoch validation curve (:data:`CURVE_KEY`, validation NLL / cross-entropy) as
   Optuna intermediate values (``trial.report``; paper-selection studies: Optuna keeps none for a
   multi-objective one), published with its trials (:mod:`kcal.publish.trials`),
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import socket
@@ -61,6 +65,7 @@ from kcal.core.progress import Progress
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
 from kcal.data.splits import split_sizes
+from kcal.sweep.pruners import reported
 from kcal.sweep.search_space import apply, sample, search_space, settings
 from kcal.sweep.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
 from kcal.sweep.studies import (
@@ -147,13 +152,33 @@ def run_trial(
         # imported here: a pool's parent imports this module and trains nothing (Lightning: ~3 s to import)
         from kcal.run import run
 
+        pruner, pruned, best = cfg.sweep.get("pruner"), [], [math.inf]
+
+        def prune(row: dict, epoch: int) -> bool:
+            """Report the running best of the validation curve; True when the study's pruner stops the trial."""
+            value = float(row.get(CURVE_KEY, math.inf))
+            if math.isfinite(value):
+                best[0] = min(best[0], value)
+            trial.report(reported(best[0]), epoch)
+            if trial.should_prune():
+                pruned.append(epoch)
+            return bool(pruned)
+
         try:
-            metrics = run(trial_cfg, out)
+            metrics = run(trial_cfg, out, epoch_hook=prune if pruner else None)
             for key, share in reg_share(out, metrics.get("best_epoch")).items():
                 trial.set_user_attr(key, share)
-            if not is_pareto(study):  # Optuna keeps intermediate values of single-objective studies only
+            if (
+                not is_pareto(study) and not pruner
+            ):  # Optuna keeps intermediate values of single-objective studies only
                 for epoch, value in sorted(history_column(out, CURVE_KEY).items()):
                     trial.report(value, epoch)  # the validation curve, kept with the trial (pruning replays)
+            if pruned:
+                for key in ("val/nll", "val/acc", "val/ece", "epochs", "best_epoch"):
+                    if key in metrics:
+                        trial.set_user_attr(key, metrics[key])
+                trial.set_user_attr(STATUS, "pruned")
+                raise optuna.TrialPruned(f"pruned after epoch {pruned[0]}")
             if metrics["status"] != "ok":
                 raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
             if selection_of(cfg) == "paper":

@@ -9,7 +9,7 @@ trials are counted, and which trial is selected.
   machines.
 * A study is named ``sweep.study_name`` plus the selection's suffix (:mod:`kcal.core.layout`); under
   ``sweep.selection=pareto`` it is multi-objective (:mod:`kcal.sweep.selection`).
-* :func:`counted` is what a study's ``sweep.n_trials`` counts: completed trials and trials that failed for
+* :func:`counted` is what a study's ``sweep.n_trials`` counts: completed and pruned trials and trials that failed for
   a reason of their own (:data:`COUNTED_FAILURES`), unless Optuna re-queued them after a stale heartbeat.
 * :data:`STATUS` is the user attribute that records how a trial ended.
 """
@@ -34,10 +34,11 @@ from kcal.core.errors import ConfigError, IncompleteError
 from kcal.core.storage_url import engine_url, mask_text, masked
 from kcal.data import get_spec
 from kcal.sweep.fingerprint import check_study, stamp_study
+from kcal.sweep.pruners import make_pruner
 from kcal.sweep.search_space import search_space
 from kcal.sweep.selection import directions, is_pareto, name_objectives, selected, selection_of
 
-STATUS = "kcal_status"  # user attr: "ok" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
+STATUS = "kcal_status"  # user attr: "ok" | "pruned" | "diverged" | "invalid_config" | "surplus" ("stale": older studies)
 COUNTED_FAILURES = ("diverged", "invalid_config")  # failed trials that still use up a slot of n_trials
 STARTED = "started"  # user attr: the trial's own number, the first thing its objective records
 SQLITE_TIMEOUT_S = 60
@@ -148,11 +149,12 @@ def open_study(
     sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
                                          n_startup_trials=int(cfg.sweep.n_startup_trials),
                                          constant_liar=True)  # fmt: skip
+    pruner = make_pruner(cfg.sweep.get("pruner"))
     name, task = study_name(cfg), get_spec(cfg.dataset.name).task
     if not create:
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
     if selection_of(cfg) == "paper":
-        return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+        return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
                                    direction="minimize" if task == "regression" else "maximize", load_if_exists=True)  # fmt: skip
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=directions(task),
                                 load_if_exists=True)  # fmt: skip
@@ -179,7 +181,7 @@ def open_checked_study(cfg: DictConfig) -> optuna.Study:
 def counted(study: optuna.Study) -> tuple[int, int]:
     """(finished trials that count towards n_trials, trials running now).
 
-    Counted: completed trials and trials that failed for a reason of their own (diverged, invalid
+    Counted: completed and pruned trials (``sweep.pruner``), and trials that failed for a reason of their own (diverged, invalid
     config), unless Optuna's retry callback re-queued them (a stale heartbeat: the worker died).
     """
     trials = study.get_trials(deepcopy=False)
@@ -187,7 +189,7 @@ def counted(study: optuna.Study) -> tuple[int, int]:
     finished = sum(
         t.number not in retried
         and (
-            t.state == TrialState.COMPLETE
+            t.state in (TrialState.COMPLETE, TrialState.PRUNED)
             or (t.state == TrialState.FAIL and t.user_attrs.get(STATUS) in COUNTED_FAILURES)
         )
         for t in trials
