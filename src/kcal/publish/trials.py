@@ -2,7 +2,8 @@
 
 One row per trial of each paper-selection study in a root (its Optuna storage, default ``<root>/sweeps.db``):
 the study, the trial's number, state and kcal status, the selection score (``value``: the validation
-metric the study optimises, in the study's direction), the sampled parameters (JSON), and every number of
+metric the study optimises, in the study's direction), the sampled parameters (JSON), the regulariser's share of the loss (``reg_share_median`` /
+``reg_share_at_best``, :func:`kcal.sweep.search.reg_share`), and every number of
 the trial's ``metrics.json`` (validation and test metrics in both flavours; empty where the trial left no
 file, e.g. a failed one, or one whose files stayed on another machine). ``kcal.publish.report`` writes it per
 dataset and objective (:func:`write_trials`) beside the published results, so that budget curves
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from kcal.core import layout
+from kcal.sweep.search import REG_SHARE_KEYS
 from kcal.sweep.studies import STATUS
 
 KEY_COLUMNS = ["dataset", "objective", "study", "number", "state", "status", "direction", "value", "params"]
@@ -54,6 +56,7 @@ def trial_rows(root: Path, storage=None) -> pd.DataFrame:
                 "state": t.state.name.lower(), "status": t.user_attrs.get(STATUS, ""), "direction": direction,
                 "value": t.value if t.values is not None and len(t.values) == 1 else None,
                 "params": json.dumps(t.params, sort_keys=True),
+                **{k: t.user_attrs[k] for k in REG_SHARE_KEYS if k in t.user_attrs},
                 **trial_metrics(root, dataset, objective, t.number),
             })  # fmt: skip
     frame = pd.DataFrame(rows)

@@ -86,6 +86,11 @@ def trial_value(metrics: dict, task: str, n_val: int) -> float:
     return float(metrics["val/acc"]) - float(metrics["val/ece"]) / (n_val + 1)
 
 
+REG_SHARE_MEDIAN, REG_SHARE_AT_BEST = "reg_share_median", "reg_share_at_best"
+REG_SHARE_KEYS = (REG_SHARE_MEDIAN, REG_SHARE_AT_BEST)
+"""The user attributes in which every trial records its regulariser's share of the loss (:func:`reg_share`)."""
+
+
 def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
     """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
     in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
@@ -95,9 +100,9 @@ def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
     with path.open(newline="") as f:
         shares = {int(row["epoch"]): float(row["train/reg_share"]) for row in csv.DictReader(f)
                   if row.get("train/reg_share")}  # fmt: skip
-    out = {"reg_share_median": statistics.median(shares.values())} if shares else {}
+    out = {REG_SHARE_MEDIAN: statistics.median(shares.values())} if shares else {}
     if best_epoch is not None and int(best_epoch) in shares:
-        out["reg_share_at_best"] = shares[int(best_epoch)]
+        out[REG_SHARE_AT_BEST] = shares[int(best_epoch)]
     return out
 
 
