@@ -555,7 +555,7 @@ def test_the_rules_applied_to_the_papers_own_numbers_support_the_papers_claims_o
         in lines["C2"]
     )
     assert ("counter-example: heart-disease XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: indistinguishable "
-            "(|d| 0.006 <= 0.0072)") in lines["C2"]  # fmt: skip
+            "(difference 0.006 <= 0.0072)") in lines["C2"]  # fmt: skip
     assert (
         "online-shoppers XE + MMD 0.127 ± 0.001" in lines["C2"]
         and "adult XE + MMD 0.178 ± 0.001" in lines["C2"]
@@ -802,6 +802,8 @@ def test_the_tables_compile_and_fit_a_standard_article_page(written, tmp_path):
     body = "\\begin{tabular}{l}" + "W" * 60 + " \\\\\n\\end{tabular}"
     (tmp_path / "wide.tex").write_text("\\noindent" + body)  # \noindent: as in a float, no paragraph indent
     (tmp_path / "fitted.tex").write_text("\\noindent" + T.fit_width(body))
-    (tmp_path / "narrow.tex").write_text("\\noindent" + T.fit_width("\\begin{tabular}{l}x \\\\\n\\end{tabular}"))
+    (tmp_path / "narrow.tex").write_text(
+        "\\noindent" + T.fit_width("\\begin{tabular}{l}x \\\\\n\\end{tabular}")
+    )
     found = overfull([tmp_path / "wide.tex", tmp_path / "fitted.tex", tmp_path / "narrow.tex"], tmp_path)
     assert list(found) == ["wide.tex"] and "Overfull" in found["wide.tex"]

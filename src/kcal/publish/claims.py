@@ -221,12 +221,14 @@ class ClaimResult:
 
 
 def comparison_text(d: DatasetResult, c: Comparison) -> str:
-    """``XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: indistinguishable (|d| 0.006 <= 0.0072)``."""
+    """``XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: indistinguishable (difference 0.006 <= 0.0072)``:
+    the published run's numbers (or the paper's), then the size of the difference (over runs: of their mean)
+    against the half-width."""
     (am, as_), (bm, bs) = d.values[d.best], d.values[c.other]
-    over = f", over {c.runs} runs" if c.runs > 1 else ""
+    over = f", mean over {c.runs} runs" if c.runs > 1 else ""
     rel = "<=" if abs(c.diff) <= c.half_width else ">"
     return (f"{d.best} {_pm(am, as_)} vs {c.other} {_pm(bm, bs)}: {c.outcome} "
-            f"(|d| {abs(c.diff):.2g} {rel} {c.half_width:.2g}{over})")  # fmt: skip
+            f"(difference {abs(c.diff):.2g} {rel} {c.half_width:.2g}{over})")  # fmt: skip
 
 
 def _pm(mean: float, se: float) -> str:
