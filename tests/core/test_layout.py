@@ -54,6 +54,7 @@ def test_study_names_are_built_and_parsed_back():
 def test_labels_of_variants():
     label = layout.variant_label("nll_mmd", "samples", 10)
     assert label == "nll_mmd@samples=10" and layout.is_variant(label) and not layout.is_variant("nll_mmd")
+    assert layout.variant_base(label) == "nll_mmd" and layout.variant_base("nll_mmd_tanh") == "nll_mmd_tanh"
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,22 @@ def test_checksums_match_the_mirror_manifest():
                     assert form.sha256 == by_path[key], key
 
 
+def test_in_mirror_says_whether_every_raw_file_is_in_the_mirror_manifest():
+    """``in_mirror`` (the tables' "not available offline") is true exactly for the datasets whose every raw
+    file has a form in the shared offline mirror's manifest."""
+    from pathlib import Path
+
+    manifest = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "manifest.json"
+    if not manifest.is_file():
+        pytest.skip("shared/datasets/manifest.json not beside the checkout")
+    held = {f["path"].split("/", 1)[1] for e in json.loads(manifest.read_text()) for f in e["files"]}
+    for name in dataset_names():
+        spec = get_spec(name)
+        every = all(any(f"{name}/{form.name}" in held for form in raw.forms) for raw in spec.files)
+        assert spec.in_mirror == every, name
+    assert not get_spec("superconductivity").in_mirror and get_spec("crime").in_mirror
+
+
 def test_unknown_name_lists_valid_names():
     with pytest.raises(UnknownDatasetError) as err:
         load("crimes")

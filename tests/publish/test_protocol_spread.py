@@ -12,12 +12,15 @@ from kcal.publish.protocol_spread import (
     PUBLISHED,
     UNCERTAIN,
     WITHIN,
+    chance_range,
     claim_counts,
-    protocol_verdict,
+    counts,
+    old_protocol_verdict,
+    prediction_half_width,
+    prediction_verdict,
     sd_interval,
     spread_frame,
     spread_markdown,
-    survivors,
 )
 from kcal.publish.report import data_dir
 from kcal.publish.selection_bootstrap import bootstrap_selected, passes, predicted_sd, trial_metric_key
@@ -50,19 +53,77 @@ def test_spread_of_each_cell_is_the_replicates_sd(replicates):
     assert row["sd_low"] == pytest.approx(expected * math.sqrt(2 / 7.377758908227871))
     assert row["sd_high"] == pytest.approx(expected * math.sqrt(2 / 0.05063561596857975))
     assert row["ratio"] == pytest.approx(expected / row["seed_se"])
+    assert row["run_mean"] == pytest.approx(base - 0.01 / 3)
+    assert row["seed_verdict"] == "definition differs" and row["protocol_verdict"] == "definition differs"
+    acc = spread[(spread["flavour"] == "exact") & (spread["row"] == "XE") & (spread["metric"] == "acc")
+                 & (spread["table"] == "classification")].iloc[0]  # fmt: skip
+    seed_rms = math.sqrt(np.mean([acc["seed_se"] ** 2] * 3))  # the shifted copies keep the published SE
+    half = 4.302652729911275 * math.sqrt(acc["sd"] ** 2 * (1 + 1 / 3) + max(0.0, 0.196**2 - seed_rms**2))
+    assert acc["half_width"] == pytest.approx(half, rel=1e-6)
+    assert acc["protocol_verdict"] == (WITHIN if abs(55.904 - acc["run_mean"]) <= half else BEYOND)
     text = spread_markdown(spread)
     assert text.count("\n") == len(spread) + 1 and "heart-disease" in text
-    counts = survivors(spread)
-    assert counts["cells"] == len(spread) and counts["beyond"] <= counts["differs"]
+    c = counts(spread)
+    assert (
+        c["cells"] == len(spread) and c["old_beyond"] <= c["seed_differs"] and c["new_beyond"] <= c["tested"]
+    )
+    assert c["tested"] + c["definition_differs"] == c["with_paper"]
     # a cell with one replicate has no spread
     assert spread_frame({PUBLISHED: replicates[PUBLISHED]}).empty
 
 
-def test_protocol_verdict_rule():
-    assert protocol_verdict(0.04, 0.02, 0.01, 0.019, 0.021) == WITHIN  # 0.04 <= 2 sqrt(0.0005) = 0.0447
-    assert protocol_verdict(0.06, 0.02, 0.01, 0.019, 0.021) == BEYOND
-    assert protocol_verdict(0.06, 0.02, 0.01, 0.01, 0.2) == BEYOND + UNCERTAIN  # within at the upper end
-    assert protocol_verdict(0.03, 0.02, float("nan"), float("nan"), float("nan")) == WITHIN
+def test_old_protocol_verdict_rule():
+    assert old_protocol_verdict(0.04, 0.02, 0.01, 0.019, 0.021) == WITHIN  # 0.04 <= 2 sqrt(0.0005) = 0.0447
+    assert old_protocol_verdict(0.06, 0.02, 0.01, 0.019, 0.021) == BEYOND
+    assert old_protocol_verdict(0.06, 0.02, 0.01, 0.01, 0.2) == BEYOND + UNCERTAIN  # within at the upper end
+    assert old_protocol_verdict(0.03, 0.02, float("nan"), float("nan"), float("nan")) == WITHIN
+
+
+def test_prediction_interval_at_its_boundaries():
+    """t_{R-1} sqrt(sd^2 (1 + 1/R) + max(0, se_paper^2 - se_ours^2)): the paper's seed SE enters only by how much
+    it exceeds ours (our SD already holds our seed noise)."""
+    t2, t4 = 4.302652729911275, 2.7764451051977987
+    assert prediction_half_width(0.1, 3, 0.0, 0.05) == pytest.approx(t2 * 0.1 * math.sqrt(4 / 3))
+    assert prediction_half_width(0.1, 5, 0.03, 0.05) == pytest.approx(
+        t4 * 0.1 * math.sqrt(6 / 5)
+    )  # se_paper < ours
+    assert prediction_half_width(0.1, 5, 0.05, 0.03) == pytest.approx(
+        t4 * math.sqrt(0.012 + 0.0016)
+    )  # the excess
+    assert prediction_half_width(0.1, 5, 0.05, 0.03, full_paper_se=True) == pytest.approx(
+        t4 * math.sqrt(0.012 + 0.0025)
+    )
+    assert prediction_half_width(0.1, 3, float("nan"), 0.05) == pytest.approx(t2 * 0.1 * math.sqrt(4 / 3))
+    h = prediction_half_width(0.1, 3, 0.0, 0.0)
+    assert prediction_verdict(1.0 + h, 1.0, h) == WITHIN and prediction_verdict(1.0 - h, 1.0, h) == WITHIN
+    assert (
+        prediction_verdict(1.0 + h * 1.0001, 1.0, h) == BEYOND
+        and prediction_verdict(1.0 - h * 1.0001, 1.0, h) == BEYOND
+    )
+    # the old rule calls "differs" what the prediction interval for R = 3 keeps: 2 sqrt(sd^2 + se^2) = 0.2 < 0.497
+    assert (
+        old_protocol_verdict(0.3, 0.1, 0.0, 0.1, 0.1) == BEYOND and prediction_verdict(1.3, 1.0, h) == WITHIN
+    )
+
+
+def test_prediction_interval_covers_one_more_run_95_percent_of_the_time():
+    """Simulated protocols: R runs and one more from the same normal; the rule (equal seed noise, so no paper
+    excess) calls the new run "differs" in ALPHA = 5 % of draws."""
+    rng = np.random.default_rng(1)
+    for r in (3, 5):
+        runs = rng.normal(0.0, 1.0, size=(20000, r + 1))
+        sd = np.std(runs[:, :r], axis=1, ddof=1)
+        half = np.array([prediction_half_width(s, r, 0.1, 0.1) for s in sd])
+        outside = np.abs(runs[:, r] - runs[:, :r].mean(axis=1)) > half
+        assert 0.044 <= outside.mean() <= 0.056, (r, outside.mean())
+
+
+def test_chance_alone_gives_alpha_n_with_a_binomial_range():
+    expected, low, high = chance_range(80)
+    assert expected == pytest.approx(4.0) and (low, high) == (1, 8)
+    assert chance_range(0) == (0.0, 0, 0)
+    expected, low, high = chance_range(36)
+    assert expected == pytest.approx(1.8) and low == 0 and high == 5
 
 
 def test_sd_interval_covers_the_true_sd_95_percent_of_the_time():
@@ -80,11 +141,11 @@ def test_claims_are_counted_per_replicate(replicates):
     r = replicates[PUBLISHED].copy()
     r.loc[r["objective"] == "xe_mmd", "mean"] -= 0.5
     changed["sampler_seed=2"] = r
-    counts = claim_counts(changed)
-    c2 = counts[(counts["claim"] == "C2") & (counts["flavour"] == "exact")].iloc[0]
+    table = claim_counts(changed)
+    c2 = table[(table["claim"] == "C2") & (table["flavour"] == "exact")].iloc[0]
     assert c2["dataset"] == "heart-disease" and c2["replicates"] == 3
-    assert c2["holds"] >= 1 and c2["verdict"] in ("all", "some")
-    assert set(counts["verdict"]) <= {"all", "some", "none"}
+    assert c2["holds"] >= 1 and c2["outcome"] in ("better", "indistinguishable", "worse")
+    assert set(table["outcome"]) <= {"better", "indistinguishable", "worse"}
 
 
 def test_trial_metric_keys():
@@ -182,7 +243,7 @@ def test_the_summary_names_the_differing_cells_the_protocol_spread_explains(repl
     assert selection_noise(noisy[noisy["flavour"] == "official"]) == []
     text = summary_markdown(replicates, noisy)
     assert "within the protocol's spread: heart-disease XE ece (Table 4, Table 5" in text
-    assert text.count("within the protocol's spread: ") == 1
+    assert text.count('"differs" by the seed SE, within the protocol\'s spread: ') == 1
 
 
 def test_the_summary_counts_runs_and_survivors_per_dataset(replicates):
@@ -202,5 +263,28 @@ def test_the_summary_counts_runs_and_survivors_per_dataset(replicates):
     assert "breast-cancer (3 runs), heart-disease (4 runs)" in text
     exact = spread[spread["flavour"] == "exact"]
     n_bc, n_hd = (int((exact["dataset"] == d).sum()) for d in ("breast-cancer", "heart-disease"))
-    assert (f'per dataset, "differs" beyond the protocol\'s spread: breast-cancer 0 of {n_bc} (0 certain); '
-            f"heart-disease {n_hd} of {n_hd} ({n_hd} certain)") in text  # fmt: skip
+    assert (f"per dataset, beyond the protocol's spread of the cells tested: breast-cancer 0 of {n_bc}; "
+            f"heart-disease {n_hd} of {n_hd}") in text  # fmt: skip
+    assert f"- exact: of {n_bc + n_hd} cells tested, {n_hd} differ beyond the protocol's spread" in text
+    expected, low, high = chance_range(n_bc + n_hd)
+    assert f"chance alone would give about {expected:.1f} ({low}–{high})" in text
+
+
+def test_the_summary_shows_the_old_rules_counts_beside_the_new(replicates):
+    """For this release: per flavour, the old rule's counts (seed "differs", beyond 2 sqrt(sd^2 + se^2)) next to
+    the prediction interval's on the same cells and on the cells it tests."""
+    from kcal.publish.protocol_spread import counts_markdown
+
+    spread = spread_frame(replicates)
+    c = counts(spread[spread["flavour"] == "official"])
+    line = next(x for x in counts_markdown(spread).splitlines() if x.startswith("| official |"))
+    expected, low, high = chance_range(c["tested"])
+    assert line == (f"| official | {c['cells']} ({c['with_paper']}) | {c['seed_differs']} | {c['old_beyond']} "
+                    f"({c['old_certain']}) | {c['new_beyond_of_seed_differs']} | {c['tested']} (0) | {c['new_beyond']} "
+                    f"| {expected:.1f} ({low}–{high}) | {c['new_beyond_full_se']} |")  # fmt: skip
+    official = spread[spread["flavour"] == "official"]
+    assert c["seed_differs"] == int(official["seed_differs"].sum())
+    assert c["old_beyond"] == int(
+        (official["seed_differs"] & official["old_protocol_verdict"].str.startswith(BEYOND)).sum()
+    )
+    assert c["new_beyond"] == int((official["protocol_verdict"] == BEYOND).sum())

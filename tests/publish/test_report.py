@@ -2,6 +2,7 @@
 kcal.reruns.ablation reruns a study's best config with one key varied."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,10 @@ def test_publish_then_check_and_hand_written_text_survives(smoke_root, tmp_path)
     )
     studies = pd.read_csv(data / "studies.csv")
     assert set(studies["objective"]) == {"nll", "nll_mmd"} and set(studies["complete"]) == {1}
+    # the selected trial's regulariser share, which the tables' notes read: 0 for NLL, a number for NLL + MMD
+    shares = studies.set_index("objective")["reg_share_median"]
+    assert shares["nll"] == 0 and shares["nll_mmd"] >= 0 and not math.isnan(shares["nll_mmd"])
+    assert "Regulariser share of the loss" in (dest / "table3_regression_exact.tex").read_text()
     assert json.loads((dest / "best" / "crime__nll_mmd.json").read_text())["params"]
     text = (dest / "RESULTS.md").read_text()
     names = [m.group("name") for m in GENERATED.finditer(text)]
@@ -108,6 +113,9 @@ def test_publish_keeps_every_trial_and_draws_budget_curves(smoke_root, tmp_path)
         assert table["number"].tolist() == [t.number for t in study.trials]
         assert table["value"].iloc[0] == pytest.approx(study.trials[0].value, rel=1e-6)
         assert set(table["direction"]) == {"minimize"} and "test/qce" in table.columns
+        assert table["reg_share_median"].iloc[0] == pytest.approx(
+            study.trials[0].user_attrs["reg_share_median"]
+        )
     text = (dest / "RESULTS.md").read_text()
     budget = text.split("<!-- kcal.report:budget -->")[1].split("<!-- /kcal.report -->")[0]
     assert "| crime | nll | published | 1 |" in budget and "| crime | nll_mmd | published | 1 |" in budget

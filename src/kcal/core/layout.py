@@ -286,6 +286,11 @@ def is_variant(label: str) -> bool:
     return "@" in label
 
 
+def variant_base(label: str) -> str:
+    """The objective whose best trial a :func:`variant_label` reruns (``label`` itself when not a variant)."""
+    return label.split("@", 1)[0]
+
+
 def ablation_dir(root: Path | str, dataset: str, objective: str, fixed: dict | None = None) -> Path:
     """``<root>/ablations/<dataset>/<objective>``, plus one folder naming the fixed keys if any."""
     out = Path(root) / "ablations" / dataset / objective

@@ -61,6 +61,9 @@ class DatasetSpec:
     uci_id: int | None = None
     notes: str = ""
     in_paper: bool = field(default=True)
+    in_mirror: bool = (
+        True  # its raw files are in the shared offline mirror (else: a download, not available offline)
+    )
 
     @property
     def is_classification(self) -> bool:

@@ -25,6 +25,7 @@ from kcal import fronts
 from kcal.core import layout
 from kcal.data import get_spec
 from kcal.paper import PAPER_OBJECTIVES
+from kcal.sweep.search import REG_SHARE_AT_BEST, REG_SHARE_MEDIAN
 from kcal.sweep.selection import metric_names
 from kcal.sweep.studies import counted
 
@@ -42,7 +43,7 @@ def load_studies(root: Path, dataset: str) -> tuple[str, dict[str, optuna.Study]
 
 
 def share_of(trial: optuna.trial.FrozenTrial) -> tuple[float | None, float | None]:
-    return trial.user_attrs.get("reg_share_median"), trial.user_attrs.get("reg_share_at_best")
+    return trial.user_attrs.get(REG_SHARE_MEDIAN), trial.user_attrs.get(REG_SHARE_AT_BEST)
 
 
 def main() -> None:

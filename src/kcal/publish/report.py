@@ -13,8 +13,11 @@ Its **report**, ``<dest>`` (e.g. ``docs/results/full``), is everything a reader 
 
 * every file :func:`kcal.publish.tables.write_tables` writes from ``results.csv`` except its CSVs (LaTeX tables
   per flavour, ``comparison_{exact,official}.md``, ``claims.md``);
-* ``report.json``: the profile that produced the results (stated in every caption and verdict) and
-  where the numbers are, relative to ``<dest>``;
+* ``report.json``: the profile that produced the results (stated in every caption and verdict),
+  where the numbers are, relative to ``<dest>``, and the report's counts as data (:func:`report_json`: the
+  claims' verdicts, the cell verdicts, the protocol's spread under the new and the old rule);
+* ``protocol_spread.md``: where replicates of the protocol exist, the old and the new rule's counts and every
+  replicated cell (:mod:`kcal.publish.protocol_spread`);
 * ``best/<dataset>__<objective>.json``: each study's best trial and its parameters;
 * ``RESULTS.md``: hand-written analysis around generated blocks. A generated block sits between
   ``<!-- kcal.report:NAME -->`` and ``<!-- /kcal.report -->`` and is rewritten from ``results.csv`` and
@@ -41,12 +44,13 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.publish.budget import PLATEAU_SHARE, expected_best, reached_plateau
-from kcal.publish.claims import claims_summary, profile_note
+from kcal.publish.claims import claims_data, claims_summary, evaluate_all, profile_note
 from kcal.publish.figures.budget import draw_budget_curves
 from kcal.publish.protocol_spread import (
     PUBLISHED,
     claim_counts,
     claims_markdown,
+    counts_data,
     replicates_of,
     spread_frame,
     spread_markdown,
@@ -54,8 +58,9 @@ from kcal.publish.protocol_spread import (
 )
 from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, fmt, load_results
-from kcal.publish.tables import write_tables
+from kcal.publish.tables import comparison_counts, write_tables
 from kcal.publish.trials import read_trials, selection_scores, trial_rows, write_trials
+from kcal.sweep.search import REG_SHARE_KEYS
 from kcal.sweep.selection import selected, value_of
 from kcal.sweep.studies import COUNTED_FAILURES, STATUS
 
@@ -63,7 +68,11 @@ GENERATED = re.compile(
     r"(<!-- kcal\.report:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /kcal\.report -->)", re.S
 )
 STUDY_COLUMNS = ["dataset", "objective", "study", "complete", "failed", "not_counted", "best_trial", "best_value",
-                 "best_params", "sweep_start", "sweep_end", "trial_hours", "seeds", "seeds_end"]  # fmt: skip
+                 "best_params", *REG_SHARE_KEYS, "sweep_start", "sweep_end", "trial_hours", "seeds",
+                 "seeds_end"]  # fmt: skip
+"""studies.csv's columns; ``reg_share_median`` / ``reg_share_at_best``: the selected trial's regulariser share of
+its loss (:func:`kcal.sweep.search.reg_share`; empty for an objective without a regulariser, or where the study
+did not record it)."""
 
 
 # ---- reading a reproduction root ------------------------------------------------------------------
@@ -94,6 +103,7 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
             "not_counted": len(trials) - len(complete) - len(counted_fail),
             "best_trial": best.number if best else None, "best_value": value_of(best) if best else None,
             "best_params": json.dumps(best.params, sort_keys=True) if best else "",
+            **{k: best.user_attrs.get(k) if best else None for k in REG_SHARE_KEYS},
             "sweep_start": _iso(min(starts)) if starts else "", "sweep_end": _iso(max(ends)) if ends else "",
             "trial_hours": round(seconds / 3600, 3), "seeds": len(seed_files),
             "seeds_end": _iso(datetime.fromtimestamp(seeds_end, tz=timezone.utc)) if seeds_end else "",
@@ -196,11 +206,18 @@ def draw_budget_figures(data: Path, dest: Path) -> list[Path]:
 
 
 def blocks(
-    results: pd.DataFrame, studies: pd.DataFrame, profile: str, runs: dict[str, pd.DataFrame] | None = None
+    results: pd.DataFrame,
+    studies: pd.DataFrame,
+    profile: str,
+    runs: dict[str, pd.DataFrame] | None = None,
+    replicates: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, str]:
-    """Every generated block of RESULTS.md, by name (``runs``: every run's kept trials, :func:`runs_trials`)."""
+    """Every generated block of RESULTS.md, by name (``runs``: every run's kept trials, :func:`runs_trials`;
+    ``replicates``: the other runs' results, which enter the claims' verdicts)."""
     out = {"profile": profile_note(profile)}
-    out["claims"] = "\n".join(f"- {line}" for line in claims_summary(results, profile=profile))
+    out["claims"] = "\n".join(
+        f"- {line}" for line in claims_summary(results, profile=profile, replicates=replicates)
+    )
     out["studies"] = studies_table(studies)
     out["budget"] = budget_table(runs or {})
     for ds in sorted(set(results["dataset"])):
@@ -258,24 +275,46 @@ def render(dest: Path, out: Path) -> None:
     profile, data = report_info(dest)
     results = load_results(data / "results.csv")
     studies = pd.read_csv(data / "studies.csv")
-    write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False)
+    others = {n: load_results(p / layout.RESULTS_FILE) for n, p in layout.replicate_data_dirs(data).items()}
+    write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False, studies=studies,
+                 replicates=others)  # fmt: skip
     kept = runs_trials(data)
-    generated = blocks(results, studies, profile, kept)
+    generated = blocks(results, studies, profile, kept, others)
     generated["withdrawn"] = withdrawn_block(results, data)
-    replicates = replicates_of(results, {n: load_results(p / layout.RESULTS_FILE)
-                                         for n, p in layout.replicate_data_dirs(data).items()})  # fmt: skip
+    replicates = replicates_of(results, others)
     spread = spread_frame(replicates) if replicates else pd.DataFrame()
     generated["protocol"] = summary_markdown(replicates, spread)
     generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
     estimate = estimate_frame(spread, replicates, kept) if not spread.empty else pd.DataFrame()
     generated["protocol:estimate"] = estimate_markdown(estimate)
+    (out / "report.json").write_text(
+        json.dumps(report_json(dest, results, others, spread), indent=1, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
     if replicates:
         (out / "protocol_spread.md").write_text(
-            f"# The protocol's own spread ({profile})\n\n{spread_markdown(spread)}\n", encoding="utf-8"
+            f"# The protocol's own spread ({profile})\n\n{generated['protocol']}\n\n## Cells\n\n"
+            f"{spread_markdown(spread)}\n",
+            encoding="utf-8",
         )
     existing = dest / "RESULTS.md"
     text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
     (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
+
+
+def report_json(
+    dest: Path, results: pd.DataFrame, others: dict[str, pd.DataFrame], spread: pd.DataFrame
+) -> dict:
+    """``report.json``: the profile and where the numbers are (as :func:`publish` wrote them), and the report's
+    counts as data: per claim the verdicts (:func:`kcal.publish.claims.claims_data`), per flavour the cell
+    verdicts of the comparison with the paper and the protocol's spread under the new and the old rule."""
+    info = json.loads((dest / "report.json").read_text())
+    return {
+        "profile": info["profile"], "data": info["data"],
+        "claims": claims_data(evaluate_all(results, replicates=others)),
+        "comparison": {fl: comparison_counts(comparison_frame(results, fl)) for fl in FLAVOURS},
+        "protocol_spread": counts_data(spread) if not spread.empty else {},
+    }  # fmt: skip
 
 
 PAIR = ["dataset", "objective"]

@@ -4,7 +4,9 @@ numbers for every (table, dataset, row, metric), a verdict per cell, and numbers
 * :data:`TABLES` (:class:`Table` of :class:`Row` and :class:`Metric`): the paper's tables as data;
 * :func:`load_results` / :func:`normalise_results`: the seed runner's tidy CSV; :func:`paper_numbers`;
 * :func:`cell_frame` / :func:`comparison_frame`: ours next to the paper's, with :func:`compare_cell`'s
-  verdict ("within 2 SE" when ``|ours - paper| <= 2 sqrt(se_ours^2 + se_paper^2)``, else "differs");
+  verdict ("within 2 SE" when ``|ours - paper| <= 2 sqrt(se_ours^2 + se_paper^2)``, else "differs"; "definition
+  differs" where the flavour's metric is defined otherwise than the paper's, :func:`definition_differs`: the
+  exact flavour's QCE, DCE, ECE, KCE and post-hoc NLL against numbers the authors' code computed);
 * :func:`fmt` / :func:`best_mask`: a mean as printed (3 decimals) and which printed means are best.
 
 :mod:`kcal.publish.tables` renders these cells (LaTeX, Markdown) and :mod:`kcal.publish.claims` verdicts the claims.
@@ -55,7 +57,13 @@ class Metric:
     header: str  # LaTeX column header
     lower_is_better: bool = True
     scale: float = 1.0  # ours -> displayed (accuracy: fraction -> %)
-    short: str = ""  # Table 6 column header
+    short: str = ""  # its name in prose and Table 6's column headers
+    exact: str = ""  # what the exact flavour computes
+    official: str = ""  # what the official flavour computes: the authors' code, so the paper's definition
+    exact_after: str = ""  # what the exact flavour computes after post-hoc recalibration, where that differs
+    official_after: str = ""
+    # the recalibrators after which the exact flavour's definition differs from the paper's
+    exact_differs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,13 +92,30 @@ class Table:
         return next(m for m in self.metrics if m.name == name)
 
 
-NLL = Metric("nll", "nll", r"NLL $\downarrow$", short="NLL")
-QCE = Metric("qce", "qce", r"Quantile Cal. $\downarrow$", short="QCE")
-DCE = Metric("dce", "dce", r"Decision Cal. $\downarrow$", short="DCE")
-ACC = Metric("acc", "accuracy", r"Accuracy $\uparrow$", lower_is_better=False, scale=100.0)
-ECE = Metric("ece", "ece", r"ECE $\downarrow$")
-ENT = Metric("entropy", "entropy", r"Entropy $\downarrow$")
-KCE = Metric("kce", "kce", r"KCE $\downarrow$")
+# fmt: off
+_BOTH = ("none", "post-hoc")
+NLL = Metric("nll", "nll", r"NLL $\downarrow$", short="NLL",
+             exact="Gaussian NLL over the whole test split", official="the authors' NLL over full 128-row test batches",
+             exact_after="the recalibrated map's density in float64",
+             official_after="their finite-difference density in float32", exact_differs=("post-hoc",))
+QCE = Metric("qce", "qce", r"Quantile Cal. $\downarrow$", short="QCE",
+             exact="QCE on the PIT with 20 equal-width bins (about 0 when calibrated)",
+             official="the authors' QCE, PIT bins by round(20u) (about 0.025 when calibrated)", exact_differs=_BOTH)
+DCE = Metric("dce", "dce", r"Decision Cal. $\downarrow$", short="DCE",
+             exact="DCE of the threshold decision in closed form over the whole test split",
+             official="the authors' DCE, square root of a sum over 128-row test batches (it grows with the test "
+                      "set)", exact_differs=_BOTH)
+ACC = Metric("acc", "accuracy", r"Accuracy $\uparrow$", lower_is_better=False, scale=100.0, short="accuracy",
+             exact="accuracy over the whole test split", official="accuracy, mean over 8-row test batches")
+ECE = Metric("ece", "ece", r"ECE $\downarrow$", short="ECE",
+             exact="top-label ECE, 20 equal-width bins, over the whole test split",
+             official="mean of the top-label ECE of 8-row test batches (biased upward)", exact_differs=_BOTH)
+ENT = Metric("entropy", "entropy", r"Entropy $\downarrow$", short="entropy",
+             exact="mean Shannon entropy of the forecast (nats)", official="mean entropy over 8-row test batches")
+KCE = Metric("kce", "kce", r"KCE $\downarrow$", short="KCE",
+             exact="KCE, MMD squared with one RBF kernel over X x Y for every method",
+             official="the authors' KCE with their per-method kernel bandwidths", exact_differs=_BOTH)
+# fmt: on
 
 
 def _classification_rows(recalibrator: str) -> tuple[Row, ...]:
@@ -218,22 +243,41 @@ def is_missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def compare_cell(ours_mean: float, ours_se: float, paper_mean: float, paper_se: float) -> dict:
-    """Difference, combined SE, 2-SE tolerance and verdict for one cell (see module docstring)."""
+WITHIN_2SE, DIFFERS, DEFINITION_DIFFERS = "within 2 SE", "differs", "definition differs"
+NOT_RUN, NO_PAPER_VALUE = "not run", "no paper value"
+VERDICTS = (WITHIN_2SE, DIFFERS, DEFINITION_DIFFERS, NOT_RUN, NO_PAPER_VALUE)
+SEED_ALPHA = math.erfc(2.0 / math.sqrt(2.0))
+"""0.0455, the two-sided tail of a normal beyond 2 SE, 2 (1 - Phi(2)): the share of cells that the seed verdict calls
+"differs" by chance alone when ours and the paper's are draws of the same 50-seed mean."""
+
+
+def definition_differs(flavour: str, metric: Metric, recalibrator: str) -> bool:
+    """Whether ``flavour``'s ``metric`` (after ``recalibrator``) is defined otherwise than the paper's number,
+    which the authors' code computed (the official flavour reproduces it; :attr:`Metric.exact_differs`)."""
+    return flavour == "exact" and recalibrator in metric.exact_differs
+
+
+def compare_cell(
+    ours_mean: float, ours_se: float, paper_mean: float, paper_se: float, same_definition: bool = True
+) -> dict:
+    """Difference, combined SE, 2-SE tolerance and verdict for one cell (see module docstring); a cell whose
+    metric is defined otherwise than the paper's (``same_definition`` False) is "definition differs"."""
     ours_mean, ours_se, paper_mean, paper_se = (
         float("nan") if is_missing(v) else float(v) for v in (ours_mean, ours_se, paper_mean, paper_se)
     )
     out = {"diff": np.nan, "combined_se": np.nan, "tolerance": np.nan}
     if math.isnan(ours_mean):
-        return {**out, "verdict": "not run"}
+        return {**out, "verdict": NOT_RUN}
     if math.isnan(paper_mean):
-        return {**out, "verdict": "no paper value"}
+        return {**out, "verdict": NO_PAPER_VALUE}
     se_c = math.sqrt(
         (0.0 if math.isnan(ours_se) else ours_se) ** 2 + (0.0 if math.isnan(paper_se) else paper_se) ** 2
     )
     diff = ours_mean - paper_mean
     tol = 2.0 * se_c
-    verdict = "within 2 SE" if abs(diff) <= tol + 1e-12 else "differs"
+    verdict = WITHIN_2SE if abs(diff) <= tol + 1e-12 else DIFFERS
+    if not same_definition:
+        verdict = DEFINITION_DIFFERS
     return {"diff": diff, "combined_se": se_c, "tolerance": tol, "verdict": verdict}
 
 
@@ -260,7 +304,7 @@ def cell_frame(results: pd.DataFrame, flavour: str, table: Table) -> pd.DataFram
                     "row": row.key, "objective": row.objective, "recalibrator": row.recalibrator,
                     "metric": met.name, "ours_mean": m, "ours_se": s, "ours_n": n,
                     "paper_mean": pm, "paper_se": s_p,
-                    **compare_cell(m, s, pm, s_p),
+                    **compare_cell(m, s, pm, s_p, not definition_differs(flavour, met, row.recalibrator)),
                 })  # fmt: skip
     return pd.DataFrame.from_records(recs)
 

@@ -4,8 +4,8 @@ One row per trial of each paper-selection study in a root (its Optuna storage, d
 the study, the trial's number, state and kcal status, the selection score (``value``: the validation
 metric the study optimises, in the study's direction), the sampled parameters (JSON), the per-epoch
 validation curve (``curve``: JSON list of :data:`kcal.sweep.search.CURVE_KEY` by epoch, kept for studies run
-since curves were recorded; empty before), the epochs trained and the regulariser's share
-(:data:`TRIAL_ATTRS`), and every number of
+since curves were recorded; empty before), the epochs trained and the regulariser's share of the loss
+(:data:`TRIAL_ATTRS`; ``reg_share_median`` / ``reg_share_at_best``, :func:`kcal.sweep.search.reg_share`), and every number of
 the trial's ``metrics.json`` (validation and test metrics in both flavours; empty where the trial left no
 file, e.g. a failed one, or one whose files stayed on another machine). ``kcal.publish.report`` writes it per
 dataset and objective (:func:`write_trials`) beside the published results, so that budget curves
@@ -20,22 +20,13 @@ from pathlib import Path
 import pandas as pd
 
 from kcal.core import layout
+from kcal.sweep.search import REG_SHARE_KEYS
 from kcal.sweep.studies import STATUS
 
-KEY_COLUMNS = [
-    "dataset",
-    "objective",
-    "study",
-    "number",
-    "state",
-    "status",
-    "direction",
-    "value",
-    "params",
-    "curve",
-]
+KEY_COLUMNS = ["dataset", "objective", "study", "number", "state", "status", "direction", "value", "params",
+               "curve"]  # fmt: skip
 """The columns every trials table starts with; each metric of the trials' ``metrics.json`` follows."""
-TRIAL_ATTRS = ("epochs", "best_epoch", "reg_share_median", "reg_share_at_best")
+TRIAL_ATTRS = ("epochs", "best_epoch", *REG_SHARE_KEYS)
 """User attributes of a trial (:mod:`kcal.sweep.search`) the table keeps: how long it trained, and whether its
 regulariser acted (what a pruning replay compares)."""
 METRIC_PREFIXES = ("val/", "test/", "test_recal/", "official/")

@@ -98,6 +98,9 @@ def trial_value(metrics: dict, task: str, n_val: int) -> float:
 #: the per-epoch validation value every trial reports to Optuna (``trial.report``): validation NLL, the
 #: cross-entropy for classes; what a pruner reads, and what a pruning replay reads from the kept trials
 CURVE_KEY = "val/nll"
+REG_SHARE_MEDIAN, REG_SHARE_AT_BEST = "reg_share_median", "reg_share_at_best"
+REG_SHARE_KEYS = (REG_SHARE_MEDIAN, REG_SHARE_AT_BEST)
+"""The user attributes in which every trial records its regulariser's share of the loss (:func:`reg_share`)."""
 
 
 def history_column(run_dir: Path, key: str) -> dict[int, float]:
@@ -113,9 +116,9 @@ def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
     """``reg_share_median`` (over epochs) and ``reg_share_at_best`` (at ``best_epoch``) of ``train/reg_share``
     in a run's ``history.csv`` (:func:`kcal.run.epoch.train_values`); those it holds."""
     shares = history_column(run_dir, "train/reg_share")
-    out = {"reg_share_median": statistics.median(shares.values())} if shares else {}
+    out = {REG_SHARE_MEDIAN: statistics.median(shares.values())} if shares else {}
     if best_epoch is not None and int(best_epoch) in shares:
-        out["reg_share_at_best"] = shares[int(best_epoch)]
+        out[REG_SHARE_AT_BEST] = shares[int(best_epoch)]
     return out
 
 
