@@ -1,7 +1,10 @@
-"""What several test files share: the smoke-sized overrides, composing a config, and running entry points
-(``python -m kcal.<module> ...``) several to one interpreter."""
+"""What several test files share: the smoke-sized overrides, composing a config, running entry points
+(``python -m kcal.<module> ...``) several to one interpreter, and the tolerances of results that different
+code paths, shapes or machines compute."""
 
+import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -9,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
@@ -17,6 +21,53 @@ from kcal.configs import CONFIG_DIR
 SMOKE = ["profile=smoke", "dataset.max_train_rows=128", "trainer.max_epochs=1"]
 #: a smoke reproduction: one trial per study, the seeds one after the other
 SMOKE_REPRODUCTION = [*SMOKE, "seeds_run.vectorized=false", "sweep.n_trials=1"]
+
+
+def reorder_tol(n_terms: int, abs_sum, dtype) -> float:
+    """The most two floating-point sums of the same terms, whose absolute values add up to at most
+    ``abs_sum``, can differ when they are added in another order or grouping: by another kernel (a batched
+    call, another shape), another CPU's vector width or another thread count. ``n_terms`` bounds the
+    additions any one term passes through (a flat sum: its number of terms; nested sums: their lengths
+    added). Each result is within ``(n_terms - 1) u abs_sum`` of the exact sum (``u = eps / 2``; Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §4.2), so the two differ by less than
+    ``n_terms * eps * abs_sum``, which also covers a last-bit difference in every term (e.g. a vectorised
+    against a scalar ``exp``). Tests that compare results of different code paths, shapes or machines use it
+    as an absolute tolerance, never bit equality."""
+    if isinstance(abs_sum, torch.Tensor):
+        abs_sum = abs_sum.detach()
+    return n_terms * torch.finfo(dtype).eps * float(abs_sum)
+
+
+#: relative tolerance (absolute below 1) of a trained run's numbers between code paths that train the same
+#: model with sums grouped otherwise (stacked seeds, an epoch's batch constants built in chunks): a float32
+#: step's sums then differ by about 1e-7 relative, and a few epochs of training carry that well below 1e-5
+TRAINED_RTOL = 1e-5
+
+
+def assert_numbers_close(a: dict, b: dict, rtol: float = TRAINED_RTOL, what: str = "") -> None:
+    """Two flat dicts of results (a run's metrics, a history row): the same keys, every number within ``rtol``
+    (relative above 1, absolute below; NaN only for NaN), everything else equal (status, epochs as ints)."""
+    assert a.keys() == b.keys(), (what, set(a) ^ set(b))
+    for key, want in b.items():
+        got = a[key]
+        if isinstance(want, float) and isinstance(got, float):
+            if math.isnan(want):
+                assert math.isnan(got), (what, key, got, want)
+            else:
+                assert abs(got - want) <= rtol * max(1.0, abs(want)), (what, key, got, want)
+        else:
+            assert got == want, (what, key, got, want)
+
+
+def assert_runs_close(a: Path, b: Path, rtol: float = TRAINED_RTOL) -> None:
+    """The ``metrics.json`` and ``history.csv`` of two run directories, per :func:`assert_numbers_close`."""
+    assert_numbers_close(json.loads((a / "metrics.json").read_text()), json.loads((b / "metrics.json").read_text()),
+                         rtol, "metrics.json")  # fmt: skip
+    rows_a, rows_b = (list(csv.DictReader((d / "history.csv").open())) for d in (a, b))
+    assert len(rows_a) == len(rows_b), "history.csv"
+    for ra, rb in zip(rows_a, rows_b, strict=True):
+        as_numbers = [{k: float(v) if v else v for k, v in row.items()} for row in (ra, rb)]
+        assert_numbers_close(*as_numbers, rtol, f"history.csv epoch {rb['epoch']}")
 
 
 def compose_cfg(config_name: str, *overrides: str):

@@ -23,14 +23,30 @@ def _isolated_cache(tmp_path_factory):
     """A session cache dir, so tests neither depend on nor pollute ``data/``."""
     old = os.environ.get("KCAL_CACHE_DIR")
     os.environ["KCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("kcal-cache"))
-    # one torch thread per pytest-xdist worker (make test: two workers): with more threads than cores,
-    # OpenMP threads spin at each other's barriers (the README's calibration recipe took 450 s, not 8)
-    torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
+    torch.set_num_threads(_test_threads())
     yield
     if old is None:
         os.environ.pop("KCAL_CACHE_DIR", None)
     else:
         os.environ["KCAL_CACHE_DIR"] = old
+
+
+def _test_threads() -> int:
+    """Torch threads of the tests: ``KCAL_TEST_THREADS`` when set (to run the suite at another thread count,
+    which changes how some CPU kernels split their sums), else one per pytest-xdist worker (make test: two
+    workers; with more threads than cores, OpenMP threads spin at each other's barriers: the README's
+    calibration recipe took 450 s, not 8) and at most two in one process."""
+    if os.environ.get("KCAL_TEST_THREADS"):
+        return int(os.environ["KCAL_TEST_THREADS"])
+    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads())
+
+
+@pytest.fixture(autouse=True)
+def _threads_of_each_test():
+    """Under ``KCAL_TEST_THREADS``, every test starts at that thread count (a training run sets its own,
+    ``trainer.num_threads``, and leaves it)."""
+    if os.environ.get("KCAL_TEST_THREADS"):
+        torch.set_num_threads(_test_threads())
 
 
 @pytest.fixture(scope="session")

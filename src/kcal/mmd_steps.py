@@ -212,8 +212,8 @@ class MMDStep:
         ``(mean, std)`` ``(K, n)`` or logits ``(K, n, m)``, ``y`` ``(K, n)``, ``eps`` ``(K, M, n)`` (regression:
         each member's own draws), ``const`` the K batches' :meth:`prepare`. Where :meth:`stack_exact`, member
         k's gradients are those of ``self(..., eps=eps[k], const=const.at(k))`` on its own slice bit for bit
-        and its value equal to the last bit of a sum's order (tested), so a stacked member trains exactly
-        as alone; only where :attr:`stackable`."""
+        and its value equal to the last bit of a sum's order (tested to rounding), so a stacked member
+        trains exactly as alone; only where :attr:`stackable`."""
         if not self.stackable:
             raise ValueError(
                 f"MMDStep.stacked takes the fast paths only; options {self.options} take the general one"

@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
 
-from ..common import SMOKE, SMOKE_REPRODUCTION, copy_root
+from ..common import SMOKE, SMOKE_REPRODUCTION, assert_numbers_close, copy_root
 from ..data.conftest import needs
 
 pytestmark = needs("crime", "breast-cancer")
@@ -218,10 +218,12 @@ def test_smoke_reproduction_tables_equal_the_seed_aggregates(tmp_path, regressio
     assert re.search(r1, claims, re.M)
 
 
-def test_seed_reruns_are_bit_identical_on_one_or_two_jobs(tmp_path, capsys):
+def test_seed_reruns_agree_on_one_or_two_jobs(tmp_path, capsys):
     """One trial (worker 0's first suggestion either way), so the best trial is the same; its seeds'
-    metrics must be identical whether they ran in this process or in the pool. The protocol's progress
-    reaches 100 % with its last line (the results), never before."""
+    metrics must agree whether they ran in this process or in the pool. Two jobs split the two seeds into
+    two stacks of one where one job trains one stack of two, so the batched kernels' shapes differ: equal
+    to a trained run's rounding (bit for bit on this project's CPU). The protocol's progress reaches 100 %
+    with its last line (the results), never before."""
     own = ["task=classification", "reproduce.datasets=[breast-cancer]", "reproduce.objectives=[xe]",
            "reproduce.tables=false"]  # fmt: skip
     metrics = {}
@@ -232,12 +234,13 @@ def test_seed_reruns_are_bit_identical_on_one_or_two_jobs(tmp_path, capsys):
             root = tmp_path / f"jobs{jobs}"
             user = [*SMOKE, "sweep.n_trials=1", "seeds_run.n_seeds=2", f"root={root}"]
             reproduce(compose("reproduce", overrides=[*user, *own, f"reproduce.jobs={jobs}"]), user)
-            metrics[jobs] = {k: (root / "breast-cancer" / "xe" / "seeds" / f"seed{k}" / "metrics.json").read_text()
-                             for k in range(2)}  # fmt: skip
+            metrics[jobs] = [json.loads((root / "breast-cancer" / "xe" / "seeds" / f"seed{k}" / "metrics.json").read_text())
+                             for k in range(2)]  # fmt: skip
             lines = [ln for ln in capsys.readouterr().err.splitlines() if "| protocol " in ln]
             assert lines[-1].startswith("results: ") and lines[-1].endswith("| protocol 100%"), lines
             assert not [ln for ln in lines[:-1] if "protocol 100%" in ln], lines
-    assert metrics[1] == metrics[2]
+    for k in range(2):
+        assert_numbers_close(metrics[2][k], metrics[1][k], what=f"seed{k}")
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 3])

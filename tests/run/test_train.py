@@ -9,7 +9,7 @@ import pytest
 from kcal.core.errors import ConfigError
 from kcal.run import run
 
-from ..common import compose_cfg, run_modules
+from ..common import assert_runs_close, compose_cfg, run_modules
 from ..data.conftest import needs
 
 pytestmark = needs("crime", "breast-cancer")
@@ -53,6 +53,7 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path):
     cfg = cfg_for(*REGRESSION, "objective=nll_mmd", "seed=3")
     run(cfg, tmp_path / "a")
     run(cfg, tmp_path / "b")
+    # the same code path twice in one process on one machine: bit for bit (README, Conventions)
     assert (tmp_path / "a" / "metrics.json").read_bytes() == (tmp_path / "b" / "metrics.json").read_bytes()
     other = run(cfg_for(*REGRESSION, "objective=nll_mmd", "seed=4"), tmp_path / "c")
     assert other["test/nll"] != json.loads((tmp_path / "a" / "metrics.json").read_text())["test/nll"]
@@ -87,7 +88,7 @@ def test_a_run_that_keeps_its_best_weights_in_memory_gives_the_same_results(over
     lean.save_checkpoint, lean.logger = False, None
     run(full, tmp_path / "full")
     run(lean, tmp_path / "lean")
-    for name in ("metrics.json", "history.csv"):
+    for name in ("metrics.json", "history.csv"):  # the same training path, only the files differ: bit for bit
         assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "lean" / name).read_bytes(), name
     assert (tmp_path / "full" / "checkpoints" / "best.pt").is_file()
     assert not (tmp_path / "lean" / "checkpoints").exists() and not (tmp_path / "lean" / "csv").exists()
@@ -183,12 +184,17 @@ def test_the_csv_logger_gets_each_epochs_history_row_as_float32(tmp_path):
 @pytest.mark.parametrize("objective", ["nll_mmd", "nll"])
 def test_an_epoch_gathered_in_chunks_trains_as_one_gathered_whole(objective, tmp_path, monkeypatch):
     """The engine gathers an epoch's batches (and builds their MMD constants) in chunks of at most
-    GATHER_ELEMENTS elements: a chunk per step gives the same run, bit for bit, as the whole epoch at once."""
+    GATHER_ELEMENTS elements: a chunk per step gives the same run as the whole epoch at once. Without the MMD
+    gathering is indexing, so bit for bit; with it, the x-kernels of a chunk are one batched product over
+    fewer batches, which a CPU may round otherwise: to a trained run's rounding (TRAINED_RTOL)."""
     from kcal.run import engine
 
     cfg = cfg_for(*REGRESSION, f"objective={objective}", "trainer.max_epochs=3", "trainer.min_epochs=3")
     run(cfg, tmp_path / "whole")
     monkeypatch.setattr(engine, "GATHER_ELEMENTS", 1)  # every step its own chunk
     run(cfg, tmp_path / "chunks")
-    for name in ("metrics.json", "history.csv"):
-        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "chunks" / name).read_bytes(), name
+    if objective == "nll":
+        for name in ("metrics.json", "history.csv"):
+            assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "chunks" / name).read_bytes(), name
+    else:
+        assert_runs_close(tmp_path / "chunks", tmp_path / "whole")
