@@ -1,8 +1,11 @@
-"""kcal.publish.figures.budget: one figure per dataset, a replicate's studies drawn beside the published ones."""
+"""kcal.publish.figures.budget: one figure per dataset, every objective a mean line over its runs of the protocol
+with their range as a band, whether its trials were kept by the published run, its replicates or both."""
 
-import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+import pytest
 
+from kcal.publish.budget import expected_best
 from kcal.publish.figures import budget as budget_figures
 
 
@@ -11,21 +14,37 @@ def trials(dataset: str, objective: str, values: list[float]) -> pd.DataFrame:
                          "state": "complete", "value": values, "direction": "minimize"})  # fmt: skip
 
 
-def test_a_dataset_with_replicate_trials_only_gets_its_figure_and_every_run_is_a_line(tmp_path, monkeypatch):
-    """crime's published studies kept no trials, its replicates did: crime still gets a budget figure, with
-    one thin line per replicate study; heart-disease's published study keeps its band and one legend entry."""
+def test_runs_band_is_the_mean_and_range_of_the_runs_curves_up_to_the_shortest_run():
+    runs = [[0.5, 0.4, 0.3], [0.6, 0.2], [0.9, 0.1, 0.7, 0.8]]
+    band = budget_figures.runs_band(runs, maximize=False)
+    assert band["k"].tolist() == [1, 2] and band["runs"] == 3 and band["trials"] == (2, 4)
+    curves = np.stack([expected_best(v, [1, 2], maximize=False) for v in runs])
+    assert np.allclose(band["mean"], curves.mean(0))
+    assert np.allclose(band["low"], curves.min(0)) and np.allclose(band["high"], curves.max(0))
+    one = budget_figures.runs_band([[0.5, 0.4, 0.3]], maximize=False)
+    assert np.array_equal(one["low"], one["mean"]) and np.array_equal(one["high"], one["mean"])
+    with pytest.raises(ValueError, match="at least one run"):
+        budget_figures.runs_band([], maximize=True)
+
+
+def test_every_objective_is_one_line_and_a_band_over_its_runs(tmp_path, monkeypatch):
+    """crime's published studies kept no trials, its replicates did: crime still gets a figure. heart-disease's
+    XE has a published and a replicate study, its XE + ECE-KDE only the published one: every objective is one
+    line of the same width, a band where two or more runs exist, and the legend says which."""
     drawn = {}
     real_save = budget_figures.save_figure
 
     def save(fig, path):
-        drawn[path.name] = [(line.get_linewidth(), line.get_label()) for line in fig.axes[0].get_lines()]
+        drawn[path.name] = fig
         return real_save(fig, path)
 
     monkeypatch.setattr(budget_figures, "save_figure", save)
-    published = trials("heart-disease", "xe", [0.5, 0.4, 0.3])
+    published = pd.concat(
+        [trials("heart-disease", "xe", [0.5, 0.4, 0.3]), trials("heart-disease", "xe_kde", [0.4])]
+    )
     replicates = {
         "sampler_seed=1": pd.concat(
-            [trials("crime", "nll", [1.0, 0.9]), trials("heart-disease", "xe", [0.6, 0.2])]
+            [trials("crime", "nll", [1.0, 0.9]), trials("heart-disease", "xe", [0.6, 0.2, 0.5])]
         ),
         "sampler_seed=2": trials("crime", "nll", [0.8, 0.7, 0.75]),
     }
@@ -34,10 +53,21 @@ def test_a_dataset_with_replicate_trials_only_gets_its_figure_and_every_run_is_a
         "budget_crime.png",
         "budget_heart-disease.png",
     ]
-    crime = drawn["budget_crime"]
-    assert len(crime) == 2 and all(width < 1.0 for width, _ in crime)
-    assert [label for _, label in crime].count("NLL (2 replicates)") == 1
-    heart = drawn["budget_heart-disease"]
-    assert len(heart) == 2 and heart[0][0] > heart[1][0]  # the published curve, then the thinner replicate
-    assert heart[0][1] == "XE (n = 3)"
-    plt.close("all")
+    for name, expected in {
+        "budget_crime": ["NLL (2 runs; 2–3 trials, drawn to k = 2)"],
+        "budget_heart-disease": ["XE (2 runs; 3 trials each)", "XE + KDE (1 run of 1 trial: no band)"],
+    }.items():
+        ax = drawn[name].axes[0]
+        assert [line.get_label() for line in ax.get_lines()] == expected
+        assert len({line.get_linewidth() for line in ax.get_lines()}) == 1  # every objective drawn alike
+        legend = ax.get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == expected
+        assert budget_figures.BAND in legend.get_title().get_text()
+        assert budget_figures.LINE in legend.get_title().get_text()
+        assert len(ax.collections) == 1  # one band: crime's NLL, heart-disease's XE (XE + KDE has one run)
+    band = budget_figures.runs_band([[0.5, 0.4, 0.3], [0.6, 0.2, 0.5]], maximize=False)
+    (heart_band,) = drawn["budget_heart-disease"].axes[0].collections
+    ys = heart_band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(band["low"].min()) and ys.max() == pytest.approx(band["high"].max())
+    xe = drawn["budget_heart-disease"].axes[0].get_lines()[0]
+    assert np.allclose(xe.get_ydata(), band["mean"])

@@ -15,6 +15,7 @@ from kcal.plotting import MissingInputError, objective_label
 from kcal.publish.figures import aggregate_curves, draw_local_maps, draw_reproduction
 from kcal.publish.figures import reproduction as reproduction_figures
 from kcal.publish.figures.__main__ import main as cli
+from kcal.publish.figures.reproduction import while_most_train
 from kcal.run.plots import classification_calibration, draw_run_figures, regression_calibration
 
 from ..data.conftest import needs
@@ -158,6 +159,98 @@ def test_reproduction_figures(tmp_path):
     assert len(last) == 1 and last[0].endswith(",1")  # only the longest seed reaches epoch 11
 
 
+def capture_figures(monkeypatch) -> dict:
+    """The figures :mod:`kcal.publish.figures.reproduction` saves, by file stem, still drawn on."""
+    saved = {}
+    original = reproduction_figures.save_figure
+    monkeypatch.setattr(
+        reproduction_figures,
+        "save_figure",
+        lambda fig, stem: saved.update({stem.name: fig}) or original(fig, stem),
+    )
+    return saved
+
+
+def test_a_curve_stops_before_the_first_epoch_with_fewer_than_half_the_seeds():
+    agg = {
+        "epoch": np.arange(6),
+        "mean": np.arange(6.0),
+        "std": np.zeros(6),
+        "n": np.array([4, 4, 3, 2, 1, 2]),
+    }
+    assert while_most_train(agg, 4)["epoch"].tolist() == [0, 1, 2, 3]  # 2 of 4 is half: kept; 1 is not
+    assert while_most_train(agg, 5)["epoch"].tolist() == [0, 1, 2]  # 2 of 5 is fewer than half
+    assert while_most_train(agg, 1)["n"].tolist() == agg["n"].tolist()  # never fewer than half of one
+    cut = while_most_train(agg, 3)
+    assert set(cut) == set(agg) and all(len(v) == 4 for v in cut.values())
+
+
+def test_dce_figure_labels_its_band_counts_the_seeds_and_stops_below_half(tmp_path, monkeypatch):
+    """Seeds stop after 12, 8 and 5 epochs: 3 train up to epoch 4, 2 up to 7, 1 after; the curves end at
+    epoch 7 (2 of 3 is at least half), the seed-count row goes on to epoch 11, the CSV keeps every epoch."""
+    saved = capture_figures(monkeypatch)
+    draw_reproduction(fake_reproduction(tmp_path / "repro"))
+    fig = saved["dce_toyreg"]
+    axes = np.array(fig.axes).reshape(3, 2)
+    labels = [objective_label(o) for o in ("nll", "nll_mmd", "nll_mmd_tanh")]
+    for ax in axes[:2].ravel():
+        lines = ax.get_lines()
+        assert len(lines) == 3 and len(ax.collections) == 3  # a line and a band per objective
+        assert all(line.get_xdata().max() == 7 for line in lines)
+    for ax in axes[:2, 0]:
+        assert "mean over seeds" in ax.get_ylabel() and "± 1 SD over seeds" in ax.get_ylabel()
+    legend = [t.get_text() for t in axes[0, 0].get_legend().get_texts()]
+    assert legend == [f"{lab} (3 seeds, last epochs 4–11; drawn while ≥ 2 train)" for lab in labels]
+    for ax in axes[2]:
+        counts = [line for line in ax.get_lines() if len(line.get_xdata()) > 2]
+        assert len(counts) == 3
+        for line in counts:
+            assert line.get_xdata().tolist() == list(range(12))
+            assert line.get_ydata().tolist() == [3] * 5 + [2] * 3 + [1] * 4
+        halves = [line for line in ax.get_lines() if line not in counts]
+        assert [line.get_ydata()[0] for line in halves] == [1.5]  # the dotted half line
+    assert axes[2, 0].get_ylabel().startswith("seeds still training")
+    assert "SD" in fig.get_suptitle() and "fewer than half" in fig.get_suptitle()
+    rows = (tmp_path / "repro" / "figures" / "dce_toyreg.csv").read_text().splitlines()
+    assert sum(r.startswith("nll,val,dce,") for r in rows) == 12
+
+
+def test_reliability_figure_shows_each_bins_share_of_rows(tmp_path, monkeypatch):
+    rng = np.random.default_rng(11)
+    root = tmp_path / "repro"
+    for obj in ("xe", "xe_mmd"):
+        for seed, n in enumerate([300, 500]):
+            write_run(root / "toycls" / obj / "seeds" / f"seed{seed}", classification_preds(rng, n=n), "toycls", obj,
+                      seed, epochs=3, history_cols=("val/ece",))  # fmt: skip
+    saved = capture_figures(monkeypatch)
+    draw_reproduction(root)
+    before, after, share_before, share_after = saved["calibration_toycls"].axes
+    for ax in (before, after):
+        title = ax.get_legend().get_title().get_text()
+        assert "ECE: mean ± SD over seeds" in title
+    for phase, share in (("before", share_before), ("after", share_after)):
+        steps = share.patches
+        assert len(steps) == 2 and share.get_xlabel().startswith("top-label confidence")
+        for obj, step in zip(("xe", "xe_mmd"), steps, strict=True):
+            values, edges, _ = step.get_data()
+            assert len(edges) == 21 and values.sum() == pytest.approx(1.0)
+            bins = [classification_calibration(dict(np.load(d / "predictions.npz")), "auto")[phase]
+                    for d in sorted((root / "toycls" / obj / "seeds").iterdir())]  # fmt: skip
+            pooled = bins[0]["count"] + bins[1]["count"]
+            assert pooled.sum() == 800 and np.allclose(values, pooled / 800)
+    assert "share of test rows" in share_before.get_ylabel()
+
+
+def test_regression_calibration_figure_says_its_band_is_an_sd_over_seeds(tmp_path, monkeypatch):
+    saved = capture_figures(monkeypatch)
+    draw_reproduction(fake_reproduction(tmp_path / "repro"))
+    fig = saved["calibration_toyreg"]
+    for ax in fig.axes:
+        assert len(ax.collections) == 3  # one band per objective
+        assert "band: ± 1 SD over seeds" in ax.get_legend().get_title().get_text()
+    assert "mean ± 1 SD over seeds" in fig.get_suptitle()
+
+
 def test_all_redraws_every_run_and_reports_skipped_local_maps(tmp_path, capsys):
     root = tmp_path / "repro"
     write_run(root / "toyreg" / "nll" / "seeds" / "seed0", regression_preds(np.random.default_rng(5)), "toyreg",
@@ -287,7 +380,7 @@ def test_reproduction_over_several_roots_draws_one_figure_per_dataset(tmp_path, 
     printed = capsys.readouterr().out.split()
     assert printed == [str(out / "calibration_toycls.png"), str(out / "calibration_toycls.pdf")]
     assert not (first / "figures").exists() and not (out / "calibration_toyreg.png").exists()
-    (before, _after) = saved[0].axes
+    before = saved[0].axes[0]  # row-major: before, after, then their bin-share strips
     drawn = {t.get_text().split(":")[0] for t in before.get_legend().get_texts()}
     assert drawn == {objective_label(o) for o in ("xe", "xe_mmd", "xe_kde")}  # both roots in one figure
     write_run(second / "toycls" / "xe" / "seeds" / "seed0", classification_preds(rng), "toycls", "xe", 0, epochs=4,

@@ -8,8 +8,9 @@ draws them when ``figures: true``; ``kcal figures run`` redraws them).
   equal bins) in the legend, the same numbers as ``test/qce`` and ``test_recal/qce`` in metrics.json
   up to the float32 rounding of predictions.npz.
 * classification -> ``figures/reliability.{png,pdf}``: top-label reliability diagrams (20 equal-width
-  bins, accuracy and mean confidence per bin, bin counts below) on the test split, before and after
-  temperature scaling fit on the validation logits; ECE (:func:`kcal.metrics.ece`) in the legend.
+  bins, accuracy and mean confidence per bin, each bin's number of test rows below) on the test split,
+  before and after temperature scaling fit on the validation logits; ECE (:func:`kcal.metrics.ece`) in the
+  legend.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def _reliability_panel(ax, ax_n, bins: dict, label: str, color: str) -> None:
     ax_n.stairs(bins["count"], edges, fill=True, color="0.55")
     for x, c in zip(centers[nonempty], bins["count"][nonempty], strict=True):
         ax_n.text(x, c, str(int(c)), ha="center", va="bottom", fontsize=5, rotation=90)
-    ax_n.set(xlim=(0, 1), yscale="log", xlabel="top-label confidence", ylabel="count")
+    ax_n.set(xlim=(0, 1), yscale="log", xlabel="top-label confidence")
+    ax_n.set_ylabel("test rows per bin\n(log scale)", fontsize=8)
     ax_n.set_ylim(0.8, max(float(bins["count"].max()), 1.0) * 8)
     ax_n.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # plain labels, no mathtext
 

@@ -3,16 +3,19 @@
 config.yaml). Written to ``<root>/figures/``:
 
 * ``dce_<dataset>.{png,pdf,csv}`` (paper Figures 3 and 4): decision calibration error vs epoch on the
-  train and validation splits for NLL, NLL + MMD (RBF) and NLL + MMD (tanh); top row the exact DCE
-  (``dce`` in history.csv, whole split), bottom row the authors' curve definition (``dce_official``:
-  mean over 128-row batches, 10 samples per forecast). Lines are the mean over seeds, bands ± one
-  standard deviation (ddof = 1; no band where a single seed remains). Runs stop at different epochs
-  (early stopping), so each epoch aggregates the seeds whose history reaches that epoch (and whose
-  value there is finite): late epochs average fewer seeds. The legend gives the number of seeds and the
-  range of their last epochs; the CSV has mean, std and the seed count n for every epoch.
+  train and validation splits for NLL, NLL + MMD (RBF) and NLL + MMD (tanh); first row the exact DCE
+  (``dce`` in history.csv, whole split), second row the authors' curve definition (``dce_official``:
+  mean over 128-row batches, 10 samples per forecast), third row the number of seeds still training.
+  Lines are the mean over seeds, bands ± one standard deviation over seeds (ddof = 1; no band where a
+  single seed remains). Runs stop at different epochs (early stopping), so each epoch aggregates the seeds
+  whose history reaches that epoch (and whose value there is finite); a curve stops before the first
+  epoch at which fewer than half of its objective's seeds train (:data:`MIN_SHARE_TRAINING`), where the
+  mean of a few late seeds would spike. The legend gives the number of seeds and the range of their last
+  epochs; the CSV has mean, std and the seed count n for every epoch, drawn or not.
 * ``calibration_<dataset>.{png,pdf}``: per objective, the test-split quantile calibration curve
-  (regression; mean over seeds ± std) or the pooled top-label reliability curve (classification),
-  before and after post-hoc recalibration, with mean ± std over seeds of QCE / ECE in the legend.
+  (regression; mean over seeds ± 1 SD over seeds) or the top-label reliability curve of the bins pooled
+  over seeds with each bin's share of the rows in a strip below (classification), before and after
+  post-hoc recalibration, with mean ± SD over seeds of QCE / ECE in the legend.
   Objective directories named ``<objective>@<setting>`` (sweep variants such as ``nll_mmd@samples=10``)
   are left out of both figures.
 """
@@ -24,7 +27,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from kcal.core import layout
 from kcal.paper import PAPER_OBJECTIVES
@@ -42,6 +45,7 @@ from kcal.plotting import (
 )
 from kcal.run.plots import (
     CURVE_LEVELS,
+    N_BINS,
     classification_calibration,
     draw_run_figures,
     quantile_curve,
@@ -90,10 +94,28 @@ def aggregate_curves(histories: list[dict[str, np.ndarray]], column: str) -> dic
     return {"epoch": np.arange(n_epochs)[keep], "mean": mean, "std": np.nan_to_num(std), "n": n[keep]}
 
 
+MIN_SHARE_TRAINING = 0.5
+"""A DCE curve stops before the first epoch at which fewer than this share of its objective's seeds still train
+(early stopping ends seeds at different epochs; a mean over the few that train longest is mostly noise)."""
+BAND_OVER_SEEDS = "band: ± 1 SD over seeds"
+"""What the band around a mean-over-seeds curve is (standard deviation, ddof = 1, over the seeds: the spread
+of one seed's curve, not the standard error of the mean)."""
+
+
+def while_most_train(agg: dict[str, np.ndarray], n_seeds: int, share: float = MIN_SHARE_TRAINING) -> dict:
+    """``agg`` (:func:`aggregate_curves`) cut before its first epoch with fewer than ``share`` x ``n_seeds``
+    seeds (so with 50 seeds, epochs where 25 or more still train are kept, up to the first with 24)."""
+    few = np.flatnonzero(agg["n"] < share * n_seeds)
+    stop = int(few[0]) if len(few) else len(agg["epoch"])
+    return {key: values[:stop] for key, values in agg.items()}
+
+
 def draw_dce_curves(dataset: str, runs: dict[str, list[Path]], out_dir: Path,
                     objectives: tuple[str, ...] = DCE_OBJECTIVES) -> list[Path]:  # fmt: skip
-    """The DCE-over-training figure (2 metrics x 2 splits) and its CSV for one dataset; [] when no run of
-    ``objectives`` has DCE columns in its history (e.g. a classification dataset)."""
+    """The DCE-over-training figure (2 metrics x 2 splits, and below each split the number of seeds still
+    training) and its CSV (every epoch, with its seed count) for one dataset; [] when no run of ``objectives``
+    has DCE columns in its history (e.g. a classification dataset). Each curve is drawn while at least
+    :data:`MIN_SHARE_TRAINING` of its objective's seeds train (:func:`while_most_train`)."""
     curves: dict[str, dict] = {}
     for obj in sorted((o for o in runs if o in objectives), key=objective_sort_key):
         hists = [
@@ -106,8 +128,8 @@ def draw_dce_curves(dataset: str, runs: dict[str, list[Path]], out_dir: Path,
                            **{f"{s}/{m}": aggregate_curves(hists, f"{s}/{m}") for s in SPLITS for m in DCE_METRICS}}  # fmt: skip
     if not curves:
         return []
-    fig = new_figure(10.0, 7.0, layout="constrained")
-    axes = fig.subplots(2, 2, sharex=True, sharey="row")
+    fig = new_figure(10.0, 8.6, layout="constrained")
+    axes = fig.subplots(3, 2, sharex=True, sharey="row", height_ratios=[3, 3, 1.4])
     lines = ["objective,split,metric,epoch,mean,std,n"]
     for r, (metric, mlabel) in enumerate(DCE_METRICS.items()):
         for c, (split, slabel) in enumerate(SPLITS.items()):
@@ -116,25 +138,37 @@ def draw_dce_curves(dataset: str, runs: dict[str, list[Path]], out_dir: Path,
                 agg = cur[f"{split}/{metric}"]
                 if not len(agg["epoch"]):
                     continue
+                lines += [f"{obj},{split},{metric},{int(e)},{float(m)!r},{float(s)!r},{int(n)}"
+                          for e, m, s, n in zip(agg["epoch"], agg["mean"], agg["std"], agg["n"], strict=True)]  # fmt: skip
+                shown = while_most_train(agg, cur["n_seeds"])
                 color = COLORS.get(obj)
                 lo, hi = cur["last"]
                 last = f"last epoch {lo}" if lo == hi else f"last epochs {lo}–{hi}"
-                ax.plot(agg["epoch"], agg["mean"], color=color, lw=1.4, ls=LINESTYLES.get(obj, "-"),
-                        marker="o" if len(agg["epoch"]) <= 20 else None, ms=3,
-                        label=f"{objective_label(obj)} ({cur['n_seeds']} seeds, {last})")  # fmt: skip
-                ax.fill_between(agg["epoch"], agg["mean"] - agg["std"], agg["mean"] + agg["std"], color=color,
-                                alpha=0.2, lw=0)  # fmt: skip
-                lines += [f"{obj},{split},{metric},{int(e)},{float(m)!r},{float(s)!r},{int(n)}"
-                          for e, m, s, n in zip(agg["epoch"], agg["mean"], agg["std"], agg["n"], strict=True)]  # fmt: skip
+                least = int(np.ceil(MIN_SHARE_TRAINING * cur["n_seeds"]))
+                ax.plot(shown["epoch"], shown["mean"], color=color, lw=1.4, ls=LINESTYLES.get(obj, "-"),
+                        marker="o" if len(shown["epoch"]) <= 20 else None, ms=3,
+                        label=f"{objective_label(obj)} ({cur['n_seeds']} seeds, {last}; "
+                              f"drawn while ≥ {least} train)")  # fmt: skip
+                ax.fill_between(shown["epoch"], shown["mean"] - shown["std"], shown["mean"] + shown["std"],
+                                color=color, alpha=0.2, lw=0)  # fmt: skip
+                if r == 0:  # the seed count of the split, under its column
+                    axes[2, c].plot(agg["epoch"], agg["n"], color=color, lw=1.2, ls=LINESTYLES.get(obj, "-"),
+                                    drawstyle="steps-post")  # fmt: skip
             ax.set_title(f"{slabel} · {mlabel}", fontsize=9)
-            ax.set_ylabel("DCE" if c == 0 else None)
-            if r == 1:
-                ax.set_xlabel("epoch")
+            ax.set_ylabel(f"DCE\n(line: mean over seeds;\n{BAND_OVER_SEEDS})" if c == 0 else None, fontsize=8)
             ax.grid(alpha=0.3)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for c in range(len(SPLITS)):
+        ax = axes[2, c]
+        for half in sorted({MIN_SHARE_TRAINING * cur["n_seeds"] for cur in curves.values()}):
+            ax.axhline(half, color="0.4", ls=":", lw=1)
+        ax.set_ylim(0, 1.1 * max(cur["n_seeds"] for cur in curves.values()))
+        ax.set_ylabel("seeds still training\n(dotted: half of them)" if c == 0 else None, fontsize=8)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{dataset}: decision calibration during training (mean ± std over the seeds still "
-                 "training at each epoch)", fontsize=10)  # fmt: skip
+    fig.suptitle(f"{dataset}: decision calibration during training, mean ± 1 SD over the seeds still training at "
+                 "each epoch\n(a curve stops where fewer than half of its objective's seeds still train)", fontsize=10)  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = layout.dataset_figure(out_dir, "dce", dataset).with_suffix(".csv")
     csv_path.write_text("\n".join(lines) + "\n")
@@ -146,8 +180,17 @@ def _mean_std(values: list[float]) -> str:
     return f"{v.mean():.3f} ± {v.std(ddof=1):.3f}" if len(v) > 1 else f"{v.mean():.3f}"
 
 
+def bin_shares(items: list[dict]) -> np.ndarray:
+    """Share of the rows in each reliability bin, pooled over seeds (``items``: each seed's
+    :func:`kcal.run.plots.reliability_bins`); sums to 1."""
+    count = np.sum([b["count"] for b in items], 0)
+    return count / max(float(count.sum()), 1.0)
+
+
 def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir: Path) -> list[Path]:
-    """Per objective, calibration before/after recalibration on the test split, over seeds."""
+    """Per objective, calibration before/after recalibration on the test split, over seeds. Regression: the
+    mean quantile calibration curve with a ± 1 SD band over seeds. Classification: the reliability curve of
+    the bins pooled over seeds, with each bin's share of the rows (pooled over seeds) in a strip below."""
     per_obj: dict[str, list[dict]] = {}
     task = None
     for obj in sorted((o for o in runs if not layout.is_variant(o)), key=objective_sort_key):
@@ -161,12 +204,17 @@ def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir:
             per_obj.setdefault(obj, []).append(calc(preds, recal))
     if not per_obj:
         return []
-    fig = new_figure(9.0, 4.4, layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
+    if task == "regression":
+        fig = new_figure(9.0, 4.4, layout="constrained")
+        axes = fig.subplots(1, 2, sharey=True)[None, :]
+    else:
+        fig = new_figure(9.0, 5.8, layout="constrained")
+        axes = fig.subplots(2, 2, sharex=True, sharey="row", height_ratios=[3, 1.2])
+    edges = np.linspace(0.0, 1.0, N_BINS + 1)
     for k, (phase, title) in enumerate(
         [("before", "before recalibration"), ("after", "after recalibration")]
     ):
-        ax = axes[k]
+        ax = axes[0, k]
         for obj, items in per_obj.items():
             color = COLORS.get(obj)
             if task == "regression":
@@ -190,14 +238,29 @@ def draw_dataset_calibration(dataset: str, runs: dict[str, list[Path]], out_dir:
                 ax.plot(confs[ok] / count[ok], hits[ok] / count[ok], marker="o", ls=LINESTYLES.get(obj, "-"), ms=3,
                         color=color,
                         label=f"{objective_label(obj)}: ECE {_mean_std([b['ece'] for b in items_k])}")  # fmt: skip
+                axes[1, k].stairs(
+                    bin_shares(items_k), edges, color=color, lw=1.2, ls=LINESTYLES.get(obj, "-")
+                )
         ax.plot([0, 1], [0, 1], color="k", ls="--", lw=1)
-        xlabel, ylabel = (("expected quantile level p", "observed fraction y ≤ F⁻¹(p | x)") if task == "regression"
-                          else ("top-label confidence (bin mean, pooled over seeds)", "accuracy"))  # fmt: skip
-        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel=xlabel, ylabel=ylabel if k == 0 else None, title=title)
-        ax.legend(fontsize=7, loc="upper left")
+        if task == "regression":
+            ax.set(
+                xlabel="expected quantile level p",
+                ylabel="observed fraction y ≤ F⁻¹(p | x)" if k == 0 else None,
+            )
+            legend_title = f"QCE: mean ± SD over seeds\nline: mean over seeds; {BAND_OVER_SEEDS}"
+        else:
+            ax.set(ylabel="accuracy (bins pooled over seeds)" if k == 0 else None)
+            legend_title = "ECE: mean ± SD over seeds\npoints: (mean confidence, accuracy) per bin"
+            share = axes[1, k]
+            share.set(xlabel=f"top-label confidence ({N_BINS} bins)", ylim=(0, None),
+                      ylabel="share of test rows\nper bin (all seeds)" if k == 0 else None)  # fmt: skip
+            share.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            share.grid(alpha=0.3)
+        ax.set(xlim=(0, 1), ylim=(0, 1), title=title)
+        ax.legend(fontsize=7, loc="upper left", title=legend_title, title_fontsize=7)
     n_seeds = {len(v) for v in per_obj.values()}
     seeds = f"{min(n_seeds)}–{max(n_seeds)}" if len(n_seeds) > 1 else str(n_seeds.pop())
-    band = "mean ± std over seeds" if task == "regression" else "bins pooled over seeds"
+    band = "mean ± 1 SD over seeds" if task == "regression" else "bins pooled over seeds"
     fig.suptitle(f"{dataset}: test-split calibration ({seeds} seeds per objective; {band})", fontsize=10)
     return save_figure(fig, layout.dataset_figure(out_dir, "calibration", dataset))
 
