@@ -22,7 +22,7 @@ STAGES = {
     "benchmark": ["bench"],
     "command": [],
 }
-LIBRARY_FOLDERS = ("metrics", "recalibration", "data", "models")
+LIBRARY_FOLDERS = ("mmd", "metrics", "recalibration", "data", "models")
 COMMAND_MODULES = ("kcal.cli", "kcal.__main__")
 ORDER = list(STAGES)
 FOLDER_STAGE = {folder: stage for stage, folders in STAGES.items() for folder in folders}

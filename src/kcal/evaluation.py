@@ -224,7 +224,7 @@ def official_from_predictions(preds: dict, recalibrator: str = "auto", *, seed: 
                               threshold: float = 0.0, objective: str = "xe", x_test=None) -> dict:  # fmt: skip
     """A run's ``official/...`` metrics recomputed from its predictions (the dict :func:`regression_predictions` /
     :func:`classification_predictions` return, or its ``predictions.npz`` as
-    :func:`kcal.plotting.load_predictions` reads it), e.g. after a change to the official flavour.
+    :func:`kcal.core.plotting.load_predictions` reads it), e.g. after a change to the official flavour.
 
     ``recalibrator``: the run's (``config.yaml``: ``recalibrator.name``). Regression: ``seed`` is the run's
     seed (its DCE uniforms come from :func:`kcal.core.random_streams.eval_seed`; without it no DCE), ``threshold``

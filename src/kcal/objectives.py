@@ -63,8 +63,7 @@ class Objective:
         check_bandwidths(self.params, prefix=f"objective {self.name!r}: ")
         self.mmd_step = None
         if self.regularizer == "mmd":
-            from kcal.mmd import classification_mmd
-            from kcal.mmd_steps import MMDStep
+            from kcal.mmd import MMDStep, classification_mmd
 
             params = self.params if self.task == "regression" else _accepted(classification_mmd, self.params)
             self.mmd_step = MMDStep(self.task, params)
@@ -82,7 +81,7 @@ class Objective:
 
     def prepare(self, x: torch.Tensor, y: torch.Tensor):
         """What the regulariser of batches ``x`` ``(..., n, d)``, ``y`` ``(..., n)`` needs that the network's
-        outputs do not change (:meth:`kcal.mmd_steps.MMDStep.prepare`; index it with ``.at(b)``), or None
+        outputs do not change (:meth:`kcal.mmd.steps.MMDStep.prepare`; index it with ``.at(b)``), or None
         when there is nothing to build ahead (no regulariser, or not the MMD's fast path)."""
         if self.mmd_step is None or self.weight == 0:
             return None

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kcal.bench import protocol_estimate
-from kcal.bench import setup as bench_setup
+from kcal.bench import protocol_estimate, workloads
 from kcal.bench import speed as bench
 from kcal.configs import CONFIG_DIR
 from kcal.paper import PAPER_OBJECTIVES
@@ -67,8 +66,8 @@ def test_estimate_follows_the_reproductions_plan_with_table_6_reruns_as_seeds_on
 
 
 def test_missing_datasets_are_replaced_by_synthetic_data_of_their_shape():
-    data = bench_setup.synthetic("superconductivity")
-    n, d = bench_setup.SYNTHETIC_SHAPES["superconductivity"]
+    data = workloads.synthetic("superconductivity")
+    n, d = workloads.SYNTHETIC_SHAPES["superconductivity"]
     assert len(data.train) + len(data.val) + len(data.test) == n and data.train.x.shape[1] == d
     assert data.info.task == "regression" and data.info.sources["synthetic"]
 

@@ -1,9 +1,9 @@
 """kcal.bench.stack_bound: the plain batched loop times every objective it covers on a small stack (its batched
-regression MMD is the library's, tested against each member's regulariser in tests/test_mmd_steps.py)."""
+regression MMD is the library's, tested against each member's regulariser in tests/mmd/test_steps.py)."""
 
 import pytest
 
-from kcal.bench import setup as bench_setup
+from kcal.bench import workloads
 from kcal.bench.stack_bound import BOUND_OBJECTIVES, plain_stack_epoch_seconds
 
 from ..data.conftest import needs
@@ -13,10 +13,8 @@ from ..data.conftest import needs
 @pytest.mark.parametrize("objective", [*BOUND_OBJECTIVES, "xe_mmce"])
 def test_plain_stack_times_each_objective_it_covers(objective):
     dataset = "crime" if objective.startswith("nll") else "breast-cancer"
-    cfg = bench_setup.compose_cfg(
-        f"dataset={dataset}", f"objective={objective}", "dataset.max_train_rows=128"
-    )
-    prep = bench_setup.prepare_or_synthetic(cfg)
+    cfg = workloads.compose_cfg(f"dataset={dataset}", f"objective={objective}", "dataset.max_train_rows=128")
+    prep = workloads.prepare_or_synthetic(cfg)
     if objective not in BOUND_OBJECTIVES:
         with pytest.raises(ValueError, match="no plain batched loop for objective 'xe_mmce'"):
             plain_stack_epoch_seconds(prep, 3, epochs=1)

@@ -1,4 +1,4 @@
-"""kcal.mmd_steps.MMDStep: the training step's regulariser gives the general functions' values and gradients
+"""kcal.mmd.steps.MMDStep: the training step's regulariser gives the general functions' values and gradients
 to rounding (so every run's numbers are those of kcal.mmd), with or without the batch constants built
 ahead (one batch or a stack of them), takes its fast path only where it may, and falls back to the general
 function otherwise."""
@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from kcal import kernels, mmd_fused
-from kcal.mmd import classification_mmd, regression_mmd
-from kcal.mmd_steps import MMDStep
+from kcal import kernels
+from kcal.mmd import MMDStep, classification_mmd, regression_mmd
+from kcal.mmd import fused as mmd_fused
 from kcal.objectives import Objective
 
 from .common import reorder_tol
@@ -225,7 +225,7 @@ def test_stacked_members_equal_their_own_calls(dtype, pass_elements):
 def test_a_stack_of_reparameterised_mmds_equals_regression_mmd_per_member(pass_elements):
     """GaussianRBFIndexMMD over (K, ...) inputs, the x-kernels of the stack built in one call: member i's
     value and mean-gradient are regression_mmd's on its own batch (float64)."""
-    from kcal.mmd_fused import GaussianRBFIndexMMD
+    from kcal.mmd.fused import GaussianRBFIndexMMD
 
     g = torch.Generator().manual_seed(0)
     k, m, n, d = 3, 5, 12, 7

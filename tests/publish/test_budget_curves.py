@@ -1,12 +1,12 @@
-"""kcal.publish.figures.budget: one figure per dataset, every objective a mean line over its runs of the protocol
-with their range as a band, whether its trials were kept by the published run, its replicates or both."""
+"""kcal.publish.figures.budget_curves: one figure per dataset, every objective a mean line over its runs of the
+protocol with their range as a band, whether its trials were kept by the published run, its replicates or both."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from kcal.publish.budget import expected_best
-from kcal.publish.figures import budget as budget_figures
+from kcal.publish.figures import budget_curves as budget_figures
 
 
 def trials(dataset: str, objective: str, values: list[float]) -> pd.DataFrame:

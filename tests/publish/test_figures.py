@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 import kcal.run.artifacts
 from kcal.core.layout import seed_runs
-from kcal.plotting import MissingInputError, objective_label
+from kcal.core.plotting import MissingInputError, objective_label
 from kcal.publish.figures import aggregate_curves, draw_local_maps, draw_reproduction
 from kcal.publish.figures import reproduction as reproduction_figures
 from kcal.publish.figures.__main__ import main as cli

@@ -310,7 +310,7 @@ def test_a_stack_whose_batched_mmd_probe_fails_takes_its_members_one_by_one(tmp_
     """Where MMDStep.stack_exact's probe finds the batched MMD inexact (a GPU's kernels may be), the engine
     computes the members' regularisers one by one, each drawing from its own generator once: the stack
     still equals the single runs."""
-    from kcal.mmd_steps import MMDStep
+    from kcal.mmd import MMDStep
 
     calls = []
     monkeypatch.setattr(MMDStep, "_probe", lambda self, *shape: calls.append(shape) or False)

@@ -1,5 +1,5 @@
 """Does ``torch.compile`` pay for a training step? Four steps of one dataset take turns in one process:
-the base objective and base + MMD (``kcal.bench.setup.PAIRS``), each eager and compiled, where "compiled" is
+the base objective and base + MMD (``kcal.bench.workloads.PAIRS``), each eager and compiled, where "compiled" is
 ``torch.compile`` of the step's forward (network, loss and regulariser; AOTAutograd compiles the backward
 with it) and the fused Adam step stays eager. With ``--reg-only`` the compiled step compiles the
 regulariser alone (the network stays eager). Prints each step's median time, compiled against eager,
@@ -7,7 +7,7 @@ base + MMD against base in both modes, and the seconds the first compiled steps 
 
     python -m kcal.bench.compile_step crime [rounds] [--reg-only]
 
-The model, batch size and objective options are the dataset's defaults (``kcal.bench.setup.compose_cfg``);
+The model, batch size and objective options are the dataset's defaults (``kcal.bench.workloads.compose_cfg``);
 the batches are the training split's first ones in order, the Gaussian draws fixed per step.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from kcal.bench import setup as bench_setup
+from kcal.bench import workloads
 from kcal.run.engine import Engine, Member, noise_samples
 
 STEPS = 100  # steps per timing; the four variants take turns, ``rounds`` times
@@ -31,8 +31,8 @@ def variant(name: str, objective: str, compiled: bool, reg_only: bool):
     """(step function, engine) for one variant: ``step(b)`` runs training step ``b`` (forward, backward,
     Adam); a fresh engine each, so the four variants train separate copies of one initialisation."""
     dev = torch.device("cpu")
-    prep = bench_setup.prepare_or_synthetic(
-        bench_setup.compose_cfg(f"dataset={name}", f"objective={objective}", "trainer.log_dce=false")
+    prep = workloads.prepare_or_synthetic(
+        workloads.compose_cfg(f"dataset={name}", f"objective={objective}", "trainer.log_dce=false")
     )
     eng = Engine(prep, [Member.create(0, prep.cfg, Path(tempfile.mkdtemp()), dev)], dev)
     model, obj, w = eng.net.model, eng.objective, eng.weight
@@ -69,7 +69,7 @@ def variant(name: str, objective: str, compiled: bool, reg_only: bool):
 
 def main(name: str, rounds: int, reg_only: bool) -> None:
     torch.set_num_threads(1)
-    base, mmd = bench_setup.PAIRS[bench_setup.task_of(name)]
+    base, mmd = workloads.PAIRS[workloads.task_of(name)]
     steps, compile_s = {}, {}
     for obj in (base, mmd):
         for compiled in (False, True):

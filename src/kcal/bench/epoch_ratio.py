@@ -1,5 +1,5 @@
 """Per-epoch cost of the MMD regulariser, measured by taking turns: one process holds two engines of one
-dataset (the base objective and base + MMD, ``kcal.bench.setup.PAIRS``) and runs an epoch of each in turn
+dataset (the base objective and base + MMD, ``kcal.bench.workloads.PAIRS``) and runs an epoch of each in turn
 (training steps and validation, as ``kcal.run.engine.Engine.epoch`` minus the per-member rules), so a
 drift of the machine's speed hits both alike. Prints the median epoch of each and the median of the
 per-pair ratios, with their spread.
@@ -21,18 +21,18 @@ from pathlib import Path
 
 import torch
 
-from kcal.bench import setup as bench_setup
+from kcal.bench import workloads
 from kcal.run.engine import Engine, Member
 
 
 def main(name: str, pairs: int) -> None:
     torch.set_num_threads(1)
-    base, mmd = bench_setup.PAIRS[bench_setup.task_of(name)]
+    base, mmd = workloads.PAIRS[workloads.task_of(name)]
     dev = torch.device("cpu")
     engines = {}
     for obj in (base, mmd):
-        prep = bench_setup.prepare_or_synthetic(
-            bench_setup.compose_cfg(f"dataset={name}", f"objective={obj}", "trainer.log_dce=false")
+        prep = workloads.prepare_or_synthetic(
+            workloads.compose_cfg(f"dataset={name}", f"objective={obj}", "trainer.log_dce=false")
         )
         engines[obj] = Engine(prep, [Member.create(0, prep.cfg, Path(tempfile.mkdtemp()), dev)], dev)
         engines[obj].train_epoch().tolist()  # warm-up

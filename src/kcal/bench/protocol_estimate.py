@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from kcal.bench.setup import (
+from kcal.bench.workloads import (
     SYNTHETIC_SHAPES,
     available,
     compose_cfg,

@@ -23,7 +23,7 @@ reported. Writes ``bench.csv`` and ``bench.md`` (and ``estimate.csv`` / ``estima
 All runs use ``trainer.log_dce=false`` and ``figures=false`` (the per-epoch DCE curves and the per-run
 matplotlib figures are diagnostics, not training); the whole-protocol estimate
 (:mod:`kcal.bench.protocol_estimate`) keeps the config's evaluation defaults. What every measurement starts
-from (configs, real or synthetic data, the timing of fits) is :mod:`kcal.bench.setup`.
+from (configs, real or synthetic data, the timing of fits) is :mod:`kcal.bench.workloads`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from omegaconf import DictConfig
 
 from kcal.bench.bare_loop import bare_loop_epoch_seconds
 from kcal.bench.protocol_estimate import whole_protocol, write_estimate
-from kcal.bench.setup import (
+from kcal.bench.stack_bound import BOUND_OBJECTIVES, plain_stack_epoch_seconds
+from kcal.bench.workloads import (
     PAIRS,
     SYNTHETIC_SHAPES,
     available,
@@ -58,7 +59,6 @@ from kcal.bench.setup import (
     quiet,
     task_of,
 )
-from kcal.bench.stack_bound import BOUND_OBJECTIVES, plain_stack_epoch_seconds
 from kcal.core import layout
 from kcal.paper import PAPER_DATASETS, TASKS
 from kcal.run import run
@@ -101,7 +101,7 @@ def run_single(cfg: DictConfig, out: Path) -> tuple[float, float]:
         wall = time.perf_counter() - t0
     import json
 
-    return wall, json.loads((out / "run.json").read_text())["train_seconds"]
+    return wall, json.loads((out / layout.RUN_INFO_FILE).read_text())["train_seconds"]
 
 
 def run_vectorized(cfg: DictConfig, seeds: list[int], root: Path) -> tuple[float, float]:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from kcal.kernels import rbf_offdiag
 from kcal.metrics.regression import LOG_2PI
-from kcal.mmd_fused import GaussianRBFIndexMMD, rbf_weighted_sum
+from kcal.mmd.fused import GaussianRBFIndexMMD, rbf_weighted_sum
 from kcal.run.engine import step_chunks
 from kcal.run.setup import Prepared
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from kcal.bench.setup import compose_cfg, prepare_or_synthetic
+from kcal.bench.workloads import compose_cfg, prepare_or_synthetic
 from kcal.run.engine import Engine, Member
 
 

@@ -74,7 +74,7 @@ def _is_number(text: str) -> bool:
 
 def _entry_point(fn) -> str:
     module = fn.__module__
-    if module == "__main__":  # python -m kcal.x: the module's real name is in its spec
+    if module == "__main__":  # python -m kcal.<module>: the module's real name is in its spec
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         module = spec.name if spec is not None else module
     return module

@@ -15,8 +15,8 @@ Structure of this module (one generic estimator, small adapters):
 * ``analytic_mmd2(probs, labels, k_y, k_z)``: generic estimator for discrete variables with the forecast
   randomness marginalised analytically (paper §4.1).
 * the adapters ``regression_mmd`` and ``classification_mmd`` that build (forecast, target, Z) for a named
-  form of :mod:`kcal.calibration_forms` (``REGRESSION_FORMS``, ``CLASSIFICATION_FORMS``, re-exported
-  here) and call the generic estimators, or their fused fast paths (:mod:`kcal.mmd_fused`).
+  form of :mod:`kcal.mmd.forms` (``REGRESSION_FORMS``, ``CLASSIFICATION_FORMS``) and call the generic
+  estimators, or their fused fast paths (:mod:`kcal.mmd.fused`).
 
 Conventions: arguments come in the order prediction, target, conditioning features, then keyword-only
 options: ``regression_mmd((mean, std), y, x, form=...)``, ``classification_mmd(probs, labels, x, form=...)``
@@ -40,16 +40,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kcal import kernels
-from kcal.calibration_forms import (
-    CLASSIFICATION_FORMS,
-    REGRESSION_FORMS,
+from kcal.inputs import check_probs, functorch_active, gaussian_params
+from kcal.mmd.forms import (
     ClassificationForm,
     RegressionForm,
     get_classification_form,
     get_regression_form,
 )
-from kcal.inputs import check_probs, functorch_active, gaussian_params
-from kcal.mmd_fused import (
+from kcal.mmd.fused import (
     AnalyticClassMMD,
     analytic_gaussian_mmd2,
     offdiag_weight,
@@ -57,14 +55,10 @@ from kcal.mmd_fused import (
 )
 
 __all__ = [
-    "CLASSIFICATION_FORMS",
-    "REGRESSION_FORMS",
-    "ClassificationForm",
-    "RegressionForm",
+    "CLASS_MEDIAN_SQ_DIST",
+    "PAIRINGS",
     "analytic_mmd2",
     "classification_mmd",
-    "get_classification_form",
-    "get_regression_form",
     "mmd2_unbiased",
     "regression_mmd",
     "resolve_bandwidth",

@@ -1,5 +1,5 @@
 """Fused forward-and-gradient passes of the MMD estimators' hot paths, each equal to the autograd
-formulation of :mod:`kcal.mmd` (tested) with fewer passes over the (n, n) and (M, n, n) tensors.
+formulation of :mod:`kcal.mmd.estimators` (tested) with fewer passes over the (n, n) and (M, n, n) tensors.
 
 * :class:`RBFIndexMMD` / :func:`rbf_sample_mmd2_index`: index-paired RBF MMD^2 of forecast draws vs y,
   and :class:`GaussianRBFIndexMMD`, the same of the draws ``mean + std * eps`` (the training step's, for
@@ -11,7 +11,7 @@ formulation of :mod:`kcal.mmd` (tested) with fewer passes over the (n, n) and (M
 * :func:`offdiag_weight`: K_z (or ones) with a zero diagonal, the weight all of them use.
 
 Each is used only where no input other than the forecast needs a gradient and no ``torch.func``
-transform is active; :mod:`kcal.mmd` and :mod:`kcal.mmd_steps` decide.
+transform is active; :mod:`kcal.mmd.estimators` and :mod:`kcal.mmd.steps` decide.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import math
 import torch
 from torch import Tensor
 
-from kcal.calibration_forms import REGRESSION_FORMS
 from kcal.inputs import functorch_active
+from kcal.mmd.forms import REGRESSION_FORMS
 
 __all__ = [
     "AnalyticClassMMD",

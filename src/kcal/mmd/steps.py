@@ -9,14 +9,14 @@ call runs only the tensor operations, for the configurations the paper trains wi
 * regression, ``form="individual"`` (Z = x), RBF kernels on y and x with numeric bandwidths, index-paired
   draws ``Yhat_si = mu_i + s_i eps_si``:
   ``MMD^2 = sum_{i != j} W_ij [k(y_i, y_j) + 1/M sum_s (k(f_si, f_sj) - 2 k(y_i, f_sj))] / (n (n - 1))``,
-  ``W_ij = exp(-||x_i - x_j||^2 / h_z)`` (:class:`kcal.mmd_fused.GaussianRBFIndexMMD`);
+  ``W_ij = exp(-||x_i - x_j||^2 / h_z)`` (:class:`kcal.mmd.fused.GaussianRBFIndexMMD`);
 * the same with the relaxed decision kernel ``tanh_decision`` on y (rank one, ``k(a, b) = t(a) t(b)``,
   ``t(v) = tanh((v - c) / s)``): ``MMD^2 = 1/M sum_s d_s^T W d_s / (n (n - 1))`` with
-  ``d_s = t(f_s) - t(y)`` (:func:`kcal.mmd_fused.tanh_index_mmd2`), no (M, n, n) tensor;
+  ``d_s = t(f_s) - t(y)`` (:func:`kcal.mmd.fused.tanh_index_mmd2`), no (M, n, n) tensor;
 * classification, forms conditioned on x (``individual``), RBF kernel on x with a numeric bandwidth,
   class kernel ``rbf`` or ``delta``:
   ``MMD^2 = sum((W D K) o D) / (n (n - 1))`` with ``D = onehot(y) - softmax(logits)``
-  (:class:`kcal.mmd_fused.AnalyticClassMMD`).
+  (:class:`kcal.mmd.fused.AnalyticClassMMD`).
 
 What does not depend on the network's outputs is a batch's :class:`BatchConstants` (the x-kernel ``W``
 and, for regression, the target-target sum), which :meth:`MMDStep.prepare` builds for many batches in one
@@ -24,7 +24,7 @@ batched call: a training loop builds an epoch's at its start and its validation 
 (their x and y never change). A call without them builds its own.
 
 The values and gradients equal the general functions' to rounding (tested; the regression sums use
-``exp2``, see :data:`kcal.mmd_fused.LOG2E`, and a stack of x-kernels one batched product). Any other
+``exp2``, see :data:`kcal.mmd.fused.LOG2E`, and a stack of x-kernels one batched product). Any other
 configuration, and any call the fast path cannot take (a Normal forecast, x that needs a gradient, a
 ``torch.func`` transform, other shapes), goes to the general function with the same options.
 """
@@ -37,10 +37,10 @@ import torch
 from torch import Tensor
 
 from kcal import kernels
-from kcal.calibration_forms import get_classification_form, get_regression_form
 from kcal.inputs import functorch_active
-from kcal.mmd import classification_mmd, regression_mmd
-from kcal.mmd_fused import AnalyticClassMMD, GaussianRBFIndexMMD, rbf_weighted_sum, tanh_index_mmd2
+from kcal.mmd.estimators import classification_mmd, regression_mmd
+from kcal.mmd.forms import get_classification_form, get_regression_form
+from kcal.mmd.fused import AnalyticClassMMD, GaussianRBFIndexMMD, rbf_weighted_sum, tanh_index_mmd2
 
 __all__ = ["BatchConstants", "MMDStep"]
 

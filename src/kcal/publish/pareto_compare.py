@@ -5,9 +5,9 @@
 Reads the ``sweep.selection=pareto`` studies of ``DATASET`` in ``ROOT/sweeps.db`` (one per objective of the
 paper's list for the dataset's task), and writes to ``--out`` (default ``ROOT/pareto/DATASET``):
 
-* ``fronts.json``: per regularised objective, :func:`kcal.fronts.bootstrap_compare` against the plain
-  objective (one shared reference point, :func:`kcal.fronts.common_reference`), and the points the two
-  rules choose (:func:`kcal.fronts.choose`) with their values and regulariser shares;
+* ``fronts.json``: per regularised objective, :func:`kcal.publish.fronts.bootstrap_compare` against the plain
+  objective (one shared reference point, :func:`kcal.publish.fronts.common_reference`), and the points the two
+  rules choose (:func:`kcal.publish.fronts.choose`) with their values and regulariser shares;
 * ``fronts.png``: every study's trials and front on the two validation metrics;
 * a Markdown table on stdout.
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from kcal import fronts
 from kcal.core import layout
 from kcal.data import get_spec
 from kcal.paper import PAPER_OBJECTIVES
+from kcal.publish import fronts
 from kcal.sweep.search import REG_SHARE_AT_BEST, REG_SHARE_MEDIAN
 from kcal.sweep.selection import metric_names
 from kcal.sweep.studies import counted
@@ -32,7 +32,7 @@ from kcal.sweep.studies import counted
 
 def load_studies(root: Path, dataset: str) -> tuple[str, dict[str, optuna.Study]]:
     task = get_spec(dataset).task
-    storage = f"sqlite:///{(root / 'sweeps.db').resolve()}"
+    storage = layout.sqlite_url(root)
     names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     studies = {}
     for obj in PAPER_OBJECTIVES[task]:

@@ -78,7 +78,7 @@ def name(objective: str) -> str:
 # ---- reading the published numbers ------------------------------------------------------------------
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     fronts = json.loads((folder / layout.FRONTS_FILE).read_text())
-    results = pd.read_csv(folder / "results.csv")
+    results = pd.read_csv(layout.results_file(folder))
     return fronts, results
 
 
@@ -303,13 +303,13 @@ def publish(root: Path, datasets: list[str], dest: Path = DEST, folder: Path | N
         target = folder / ds
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / layout.FRONTS_FILE, target / layout.FRONTS_FILE)
-        results[results.dataset == ds].to_csv(target / "results.csv", index=False)
+        results[results.dataset == ds].to_csv(layout.results_file(target), index=False)
         dest.mkdir(parents=True, exist_ok=True)
         if (src / layout.FRONTS_FIGURE).is_file():
-            target = layout.dataset_figure(dest, "fronts", ds).with_suffix(".png")
-            shutil.copyfile(src / layout.FRONTS_FIGURE, target)
-            written.append(target)
-        written += [target / layout.FRONTS_FILE, target / "results.csv"]
+            figure = layout.dataset_figure(dest, "fronts", ds).with_suffix(".png")
+            shutil.copyfile(src / layout.FRONTS_FIGURE, figure)
+            written.append(figure)
+        written += [target / layout.FRONTS_FILE, layout.results_file(target)]
     (dest / "README.md").write_text(render(dest, folder), encoding="utf-8")
     return [*written, dest / "README.md"]
 

@@ -45,7 +45,7 @@ import pandas as pd
 from kcal.core import layout
 from kcal.publish.budget import PLATEAU_SHARE, expected_best, reached_plateau
 from kcal.publish.claims import claims_data, claims_summary, evaluate_all, profile_note
-from kcal.publish.figures.budget import draw_budget_curves
+from kcal.publish.figures.budget_curves import draw_budget_curves
 from kcal.publish.protocol_spread import (
     PUBLISHED,
     claim_counts,

@@ -28,8 +28,8 @@ from omegaconf import OmegaConf
 
 import kcal
 from kcal.core import layout
+from kcal.core.plotting import load_predictions
 from kcal.evaluation import official_from_predictions
-from kcal.plotting import load_predictions
 from kcal.run.artifacts import write_metrics
 
 

@@ -261,7 +261,7 @@ class Engine:
 
     def _stacked_regularizer(self, outputs, xb, yb, const) -> torch.Tensor:
         """(K,) regularisers of the active members: the MMD in one batched call where a probe finds it exact
-        on the device (:meth:`kcal.mmd_steps.MMDStep.stack_exact`; each member's draws from its own
+        on the device (:meth:`kcal.mmd.steps.MMDStep.stack_exact`; each member's draws from its own
         generator), any other member by member."""
         step = self.objective.mmd_step
         if const is not None and step is not None and step.stack_exact(outputs):
@@ -309,7 +309,7 @@ class Engine:
                 acc.update(o, yb, loss)
             values = {key: float(v) for key, v in acc.compute().items()}
             if self.log_dce:
-                from kcal.diagnostics import decision_curves
+                from kcal.run.diagnostics import decision_curves
 
                 seed = random_streams.eval_seed(m.seed)
                 values |= decision_curves(

@@ -23,9 +23,7 @@ from omegaconf import DictConfig
 from torch.distributions import Normal
 
 from kcal.core import layout
-from kcal.metrics import classification as cm
-from kcal.metrics import regression as rm
-from kcal.plotting import (
+from kcal.core.plotting import (
     load_config,
     load_predictions,
     new_figure,
@@ -33,6 +31,8 @@ from kcal.plotting import (
     save_figure,
     task_of,
 )
+from kcal.metrics import classification as cm
+from kcal.metrics import regression as rm
 from kcal.recalibration import make_class_recalibrator, make_quantile_recalibrator, resolve_recalibrator
 
 N_BINS = 20

@@ -13,7 +13,7 @@ Command line: ``kcal figures {run,reproduction,local,all} ...`` (see ``--help``)
 Everything draws on :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot, no display).
 """
 
-from kcal.plotting import MissingInputError
+from kcal.core.plotting import MissingInputError
 from kcal.publish.figures.local_maps import draw_local_maps, local_map_data
 from kcal.publish.figures.reproduction import aggregate_curves, draw_dce_curves, draw_reproduction
 

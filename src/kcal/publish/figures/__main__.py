@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from kcal.core import layout
+from kcal.core.plotting import MissingInputError
 from kcal.data import DatasetUnavailableError
-from kcal.plotting import MissingInputError
 from kcal.publish.figures.local_maps import draw_local_maps, train_command
 from kcal.publish.figures.reproduction import draw_reproduction
 from kcal.reruns.local_calibration import LOCAL_DATASETS, LOCAL_OBJECTIVES, train_local

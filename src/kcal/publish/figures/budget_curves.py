@@ -15,7 +15,14 @@ import numpy as np
 import pandas as pd
 
 from kcal.core import layout
-from kcal.plotting import COLORS, LINESTYLES, new_figure, objective_label, objective_sort_key, save_figure
+from kcal.core.plotting import (
+    COLORS,
+    LINESTYLES,
+    new_figure,
+    objective_label,
+    objective_sort_key,
+    save_figure,
+)
 from kcal.publish.budget import budget_curve
 from kcal.publish.trials import selection_scores
 

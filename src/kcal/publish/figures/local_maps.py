@@ -29,9 +29,7 @@ from omegaconf import DictConfig
 
 from kcal.core import layout
 from kcal.core.layout import LOCAL_ROOT
-from kcal.kernels import median_heuristic
-from kcal.metrics.local import DEFAULT_LCE_LEVELS, lce_calibrated_floor, lce_total, local_weights
-from kcal.plotting import (
+from kcal.core.plotting import (
     MissingInputError,
     load_config,
     load_predictions,
@@ -39,6 +37,8 @@ from kcal.plotting import (
     objective_label,
     save_figure,
 )
+from kcal.kernels import median_heuristic
+from kcal.metrics.local import DEFAULT_LCE_LEVELS, lce_calibrated_floor, lce_total, local_weights
 from kcal.reruns.local_calibration import LOCAL_DATASETS, LOCAL_OBJECTIVES
 from kcal.run.plots import regression_calibration
 

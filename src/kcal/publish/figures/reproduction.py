@@ -30,8 +30,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from kcal.core import layout
-from kcal.paper import PAPER_OBJECTIVES
-from kcal.plotting import (
+from kcal.core.plotting import (
     COLORS,
     LINESTYLES,
     MissingInputError,
@@ -43,6 +42,7 @@ from kcal.plotting import (
     save_figure,
     task_of,
 )
+from kcal.paper import PAPER_OBJECTIVES
 from kcal.run.plots import (
     CURVE_LEVELS,
     N_BINS,
