@@ -273,10 +273,10 @@ def report_info(dest: Path) -> tuple[str, Path]:
 def render(dest: Path, out: Path) -> None:
     """Everything derived from ``dest``'s report.json and the CSVs it points to, written into ``out``."""
     profile, data = report_info(dest)
-    results = load_results(data / "results.csv")
+    results = load_results(layout.results_file(data))
     studies = pd.read_csv(data / "studies.csv")
     others = {n: load_results(p / layout.RESULTS_FILE) for n, p in layout.replicate_data_dirs(data).items()}
-    write_tables(data / "results.csv", out, echo_claims=False, profile=profile, csv=False, studies=studies,
+    write_tables(layout.results_file(data), out, echo_claims=False, profile=profile, csv=False, studies=studies,
                  replicates=others)  # fmt: skip
     kept = runs_trials(data)
     generated = blocks(results, studies, profile, kept, others)
@@ -397,16 +397,16 @@ def publish(
     (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
     studies = only(study_rows(root, storage))
     if add:
-        results, old_results = added(data / "results.csv", only(pd.read_csv(src)))
-        results.to_csv(data / "results.csv", index=False)
+        results, old_results = added(layout.results_file(data), only(pd.read_csv(src)))
+        results.to_csv(layout.results_file(data), index=False)
         studies, old_studies = added(data / "studies.csv", studies)
         studies = studies.sort_values(PAIR, ignore_index=True)
         if keep:
-            keep_replaced(data, keep, {"results.csv": old_results, "studies.csv": old_studies})
+            keep_replaced(data, keep, {layout.RESULTS_FILE: old_results, "studies.csv": old_studies})
     else:
         if keep:
             raise ValueError("keep names where an add keeps the rows it replaces; it needs add=True")
-        only(pd.read_csv(src)).to_csv(data / "results.csv", index=False)
+        only(pd.read_csv(src)).to_csv(layout.results_file(data), index=False)
     studies.to_csv(data / "studies.csv", index=False)
     write_trials(only(trial_rows(root, storage)), data)
     draw_budget_figures(data, dest)
@@ -441,7 +441,7 @@ def withdraw(dest: Path, pairs: list[tuple[str, str]], keep: str) -> list[Path]:
     is published); their tables show them as not run, and RESULTS.md lists them (block ``withdrawn``)."""
     _, data = report_info(dest)
     out = {}
-    for file in ("results.csv", "studies.csv"):
+    for file in (layout.RESULTS_FILE, "studies.csv"):
         frame = pd.read_csv(data / file)
         hit = in_pairs(frame, pairs)
         if not hit.any():
@@ -462,7 +462,7 @@ def withdrawn_block(results: pd.DataFrame, data: Path) -> str:
     published = pairs_of(results)
     lines = []
     for folder in sorted(layout.experiment_data_dirs(data)):
-        missing = sorted(pairs_of(pd.read_csv(folder / "results.csv")) - published)
+        missing = sorted(pairs_of(pd.read_csv(layout.results_file(folder))) - published)
         if missing:
             pairs = ", ".join(f"{d} / {o}" for d, o in missing)
             lines.append(f"- not yet rerun: {pairs} (their former rows: `experiments/{folder.name}/`); their "
