@@ -5,7 +5,9 @@
 
 Each command runs its module as ``python -m <module>`` would (:data:`COMMANDS`), so a Hydra program keeps its
 overrides, multirun flag and ``--help``, and an argparse program its options. Nothing is imported before a
-command is chosen, so ``kcal --help`` answers at once.
+command is chosen, so ``kcal --help`` answers at once. Every command is the pipeline: where a package of its
+extra is missing (a ``pip install kcal`` holds the library alone), the command says in one line which extra
+to install and exits 2.
 """
 
 from __future__ import annotations
@@ -36,6 +38,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("kcal.data", "list, check or download the datasets"),
 }
 
+#: the extra that holds the commands' packages (pyproject.toml, [project.optional-dependencies])
+PIPELINE_EXTRA = "pipeline"
+#: the modules that the commands import and a library-only install lacks: those of the extra's packages and of
+#: what they bring (omegaconf with Hydra, sqlalchemy with Optuna, lightning_fabric with Lightning)
+PIPELINE_MODULES = frozenset({
+    "hydra", "hydra_plugins", "omegaconf", "pytorch_lightning", "lightning_fabric", "optuna", "sqlalchemy",
+    "pandas", "sklearn", "ucimlrepo", "matplotlib", "tqdm", "psycopg2", "submitit",
+})  # fmt: skip
+
+
+def missing_pipeline_module(exc: ModuleNotFoundError) -> str | None:
+    """The top-level module of the pipeline's that ``exc`` found missing, or None for any other module."""
+    top = (exc.name or "").partition(".")[0]
+    return top if top in PIPELINE_MODULES else None
+
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
@@ -58,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [f"kcal {name}", *rest]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except ModuleNotFoundError as exc:
+        missing = missing_pipeline_module(exc)
+        if missing is None:
+            raise
+        print(f"kcal {name}: needs the pipeline's packages ({missing} is not installed): "
+              f'pip install "kcal[{PIPELINE_EXTRA}]"', file=sys.stderr)  # fmt: skip
+        return 2
     except SystemExit as exc:
         code = exc.code
         if code is None or isinstance(code, int):

@@ -369,7 +369,14 @@ class IsotonicQuantileRecalibrator(QuantileRecalibrator):
     name = "isotonic"
 
     def fit(self, pit_val) -> IsotonicQuantileRecalibrator:
-        from sklearn.isotonic import IsotonicRegression
+        try:
+            from sklearn.isotonic import IsotonicRegression
+        except ModuleNotFoundError as exc:  # a library-only install (pip install kcal)
+            raise ModuleNotFoundError(
+                f'IsotonicQuantileRecalibrator needs scikit-learn ({exc}): pip install "kcal[pipeline]" '
+                "or scikit-learn",
+                name=exc.name,
+            ) from exc
 
         p = np.clip(self._pits(pit_val), 0.0, 1.0)
         n = p.size
