@@ -23,7 +23,14 @@ from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
+from kcal.core.errors import (
+    ConfigError,
+    DataError,
+    IncompleteError,
+    check_choices,
+    exits_on_config_error,
+    exits_on_unknown_choice,
+)
 from kcal.core.progress import Progress
 from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
@@ -69,6 +76,7 @@ def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
         raise ConfigError(f"task={task} is not one of: {', '.join(OBJECTIVES)}")
     datasets = list(cfg.reproduce.datasets or DATASETS[task])
     objectives = list(cfg.reproduce.objectives or OBJECTIVES[task])
+    check_choices("objective", objectives)
     out = []
     for ds in datasets:
         out += [(ds, obj, [f"objective={obj}"]) for obj in objectives]
@@ -155,6 +163,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     return results_csv
 
 
+@exits_on_unknown_choice
 @keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="reproduce")
 @exits_on_config_error

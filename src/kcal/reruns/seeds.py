@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, exits_on_config_error
+from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknown_choice
 from kcal.core.progress import Progress
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.paper import RESULT_COLUMNS
@@ -261,6 +261,7 @@ def collect(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
 
 
+@exits_on_unknown_choice
 @keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="seeds")
 @exits_on_config_error

@@ -14,10 +14,11 @@ import hydra
 from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
-from kcal.core.errors import exits_on_config_error
+from kcal.core.errors import exits_on_config_error, exits_on_unknown_choice
 from kcal.run import run
 
 
+@exits_on_unknown_choice
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 @exits_on_config_error
 def main(cfg: DictConfig) -> float | None:

@@ -52,7 +52,7 @@ from optuna.trial import TrialState
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, IncompleteError, exits_on_config_error
+from kcal.core.errors import ConfigError, IncompleteError, exits_on_config_error, exits_on_unknown_choice
 from kcal.core.progress import Progress
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
@@ -265,6 +265,7 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     return study
 
 
+@exits_on_unknown_choice
 @keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="sweep")
 @exits_on_config_error
