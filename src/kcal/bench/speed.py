@@ -370,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         estimates, text = whole_protocol(args, log)
         write_estimate(estimates, text, args, env)
         print(text)
+        print(f"wrote {args.out / 'estimate.csv'} and {args.out / 'estimate.md'}")
     return 0
 
 

@@ -34,7 +34,6 @@ import re
 import sys
 import tempfile
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -246,7 +245,7 @@ def template(generated: dict[str, str]) -> str:
 # ---- publish and check ----------------------------------------------------------------------------
 def data_dir(profile: str) -> Path:
     """Where kcal keeps the published numbers of a ``profile`` reproduction (package data)."""
-    return Path(str(resources.files("kcal.resources"))) / "results" / profile
+    return layout.published_data(profile)
 
 
 def report_info(dest: Path) -> tuple[str, Path]:

@@ -164,21 +164,16 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
           f"finished, {len(pending)} to train", file=sys.stderr)  # fmt: skip
     groups = chunks(cfg, pending)
     own = progress is None
-    progress = progress or Progress(sum(chunk_units(len(c)) for c in groups), "seeds")
+    progress = progress or Progress(len(pending), "seeds")
     for chunk in groups:
         t0 = time.perf_counter()
         train_seeds(base, chunk, [dirs[k] for k in chunk], cfg)
-        progress.advance(chunk_units(len(chunk)), chunk_line(cfg, chunk, time.perf_counter() - t0))
+        seconds = time.perf_counter() - t0
+        progress.advance(len(chunk), chunk_line(cfg, chunk, seconds), "seeds", seconds)
     summary = summarize(cfg)
     if own:
         progress.finish(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs)} seeds finished")
     return summary
-
-
-def chunk_units(n_seeds: int) -> float:
-    """A chunk's share of a reproduction's work, in sweep trials: vectorised seeds train 7-10x faster
-    than as many single runs."""
-    return max(1.0, n_seeds / 7)
 
 
 def figure_seeds(base: DictConfig, cfg: DictConfig, seeds: list[int]) -> list[int]:

@@ -24,11 +24,13 @@ from kcal.run import run
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+    out = HydraConfig.get().runtime.output_dir
+    metrics = run(cfg, out)
     print(
         f"status={metrics['status']} "
         + " ".join(f"{k}={metrics[k]:.4g}" for k in sorted(metrics) if k.startswith("test/"))
     )
+    print(f"run: {out}")
     return metrics.get("val/nll")
 
 

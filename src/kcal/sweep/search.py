@@ -199,12 +199,17 @@ def write_best(study: optuna.Study, sweep_folder: Path) -> Path:
     return path
 
 
+def trial_seconds(trial: optuna.trial.FrozenTrial) -> float:
+    """How long the trial ran (0 for one that has not finished)."""
+    if not (trial.datetime_complete and trial.datetime_start):
+        return 0.0
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
 def trial_line(cfg: DictConfig, trial: optuna.trial.FrozenTrial, study: optuna.Study) -> str:
     """``trial 37/100 done in 41 s, val_nll -0.71, best -0.78`` (or the reason it failed)."""
     finished, _ = counted(study)
-    seconds = (
-        (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete else 0
-    )
+    seconds = trial_seconds(trial)
     if trial.state == TrialState.COMPLETE and is_pareto(study):
         result = describe(study, trial)
     elif trial.state == TrialState.COMPLETE:
@@ -257,7 +262,8 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
         waiting = False
         trial = run_trial(cfg, study, space, folder)
         now, _ = counted(study)
-        progress.advance(max(0, min(now, n_trials) - finished), f"[{tag}] {trial_line(cfg, trial, study)}")
+        line = f"[{tag}] {trial_line(cfg, trial, study)}"
+        progress.advance(max(0, min(now, n_trials) - finished), line, "trial", trial_seconds(trial))
     if best_value(study) is not None:
         write_best(study, folder)
     if own:
@@ -280,6 +286,7 @@ def main(cfg: DictConfig) -> None:
         shown = f"selected {summary(study)}"
     print(f"study {study.study_name}: {finished} finished trials ({running} running elsewhere); {shown}; "
           f"storage {masked(storage_url(cfg))}")  # fmt: skip
+    print(f"trials: {sweep_dir(cfg)}")
 
 
 if __name__ == "__main__":
