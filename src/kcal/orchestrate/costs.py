@@ -3,8 +3,9 @@
 The predictions are measured times:
 
 * a profile with a published reproduction (``full``: ``kcal/resources/results/full/studies.csv``): a study's
-  trial hours over its trials, and its seeds as :data:`SEEDS_IN_TRIALS` of its trials (the median, over the
-  published studies, of the time from a sweep's end to its last seed over its mean trial);
+  trial hours over its trials; a chunk of :data:`SEEDS_PER_CHUNK_FULL` seeds, its mean trial times the median,
+  over the published studies, of the time from a sweep's end to its last seed over that study's mean trial
+  (one number for all: a study resumed in a later session shows the pause in its own);
 * otherwise a recorded run of the profile (``kcal/resources/timings.csv``, one row per (profile, dataset,
   label): its trials' and seed chunks' mean seconds and the chunks' mean seeds);
 * a profile measured in neither is scaled from the measured profile of the nearest epoch cap: a trial's
@@ -58,8 +59,9 @@ FIXED_S = 2.0
 recorded quick run (``timings.csv``) took 2-3 s with one or two epochs' worth of work."""
 
 SEED_SIZE = 1.0
-"""A chunk of k seeds costs ``(SEED_SIZE + k)`` units of which :data:`SEEDS_IN_TRIALS` and the measured
-chunks fix the size: the stack's epochs grow with its seeds, its start and data do not."""
+"""A chunk of k seeds costs a measured chunk of k̄ seeds times ``(SEED_SIZE + k) / (SEED_SIZE + k̄)``: the
+stack's epochs and evaluations grow with its seeds, its start and data do not (a quick run's chunks of 2 and
+3 seeds and the full run's of 25 take about 1.5 and 10 of their study's mean trials)."""
 
 SEEDS_PER_CHUNK_FULL = 25
 """The published ``full`` studies' 50 seeds ran as two chunks of 25 (``reproduce.jobs=2`` on 2 cores)."""
