@@ -12,14 +12,17 @@ import io
 import re
 from pathlib import Path
 
-import pytest
 from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
 
 TIMELINE = Path(__file__).parent / "data" / "quick_regression_timeline.log"
-TRIAL = re.compile(r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] trial (?P<k>\d+)/\d+ \(#\d+\) done in (?P<s>\d+) s")
-SEEDS = re.compile(r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] seeds? (?P<a>\d+)(-(?P<b>\d+))? of \d+ done in (?P<s>\d+) s")
+TRIAL = re.compile(
+    r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] trial (?P<k>\d+)/\d+ \(#\d+\) done in (?P<s>\d+) s"
+)
+SEEDS = re.compile(
+    r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] seeds? (?P<a>\d+)(-(?P<b>\d+))? of \d+ done in (?P<s>\d+) s"
+)
 FACTOR = 1.5
 FIRST_MINUTE = 60.0
 
@@ -34,7 +37,9 @@ def timeline(text: str) -> tuple[dict, list[tuple]]:
             header[key] = value
         elif m := TRIAL.match(line):
             study, k = (m["ds"], m["label"]), int(m["k"])
-            events.append((float(m["t"]), "trial", m["ds"], m["label"], int(k > counted.get(study, 0)), float(m["s"])))
+            events.append(
+                (float(m["t"]), "trial", m["ds"], m["label"], int(k > counted.get(study, 0)), float(m["s"]))
+            )
             counted[study] = max(counted.get(study, 0), k)
         elif m := SEEDS.match(line):
             n = int(m["b"]) - int(m["a"]) + 1 if m["b"] else 1
@@ -81,7 +86,9 @@ def test_the_timeline_is_a_whole_recorded_run():
     header, events = timeline(TIMELINE.read_text())
     assert {"start", "end", "jobs", "overrides", "command"} <= set(header)
     trials = [e for e in events if e[1] == "trial" and e[4]]
-    assert len(trials) == 60 and sum(e[4] for e in events if e[1] == "seeds") == 12 * 5  # 6 studies, 12 reruns
+    assert (
+        len(trials) == 60 and sum(e[4] for e in events if e[1] == "seeds") == 12 * 5
+    )  # 6 studies, 12 reruns
     assert float(header["start"]) < events[0][0] and events[-1][0] < float(header["end"])
 
 
@@ -90,7 +97,9 @@ def test_the_eta_of_a_recorded_quick_run_is_within_1_5x_of_the_time_left_from_it
     points = replay(header, events, tmp_path)
     late = [(t, eta, left) for t, eta, left in points if t >= FIRST_MINUTE]
     assert len(late) > 50
-    off = [(round(t), round(eta), round(left)) for t, eta, left in late if not 1 / FACTOR <= eta / left <= FACTOR]
+    off = [
+        (round(t), round(eta), round(left)) for t, eta, left in late if not 1 / FACTOR <= eta / left <= FACTOR
+    ]
     assert not off, f"(seconds in, ETA, actually left) beyond {FACTOR}x: {off}"
 
 
