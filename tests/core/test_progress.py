@@ -76,3 +76,16 @@ def test_progress_with_a_forecast_reports_its_eta_and_share_of_work(capsys):
     )
     progress.advance(0, "[crime/nll] a surplus trial", "trial", 10.0, stage=Stage())  # not counted: no piece
     assert forecast.work_done() == 10.0
+
+
+def test_a_busy_machine_stretches_the_time_left_by_its_recent_pace():
+    """Pieces that got half a core (wall twice their CPU seconds) lately: the CPU seconds left take twice as
+    long; an old slow piece counts less than a recent fast one (weights e^(-age/TAU))."""
+    forecast = plan(1)
+    forecast.finished(CRIME, 10.0, 20.0, cpu=10.0, at=100.0)
+    assert forecast.pace(now=100.0) == pytest.approx(2.0)
+    assert forecast.seconds_left(now=100.0) == pytest.approx(2.0 * forecast.work_left())
+    forecast.finished(CRIME, 10.0, 10.0, cpu=10.0, at=100.0 + Forecast.TAU)
+    w = 2.718281828459045**-1
+    assert forecast.pace(now=100.0 + Forecast.TAU) == pytest.approx((w * 20 + 10) / (w * 10 + 10))
+    assert forecast.work_done() == 20.0  # CPU seconds

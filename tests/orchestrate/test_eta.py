@@ -28,8 +28,8 @@ FIRST_MINUTE = 60.0
 
 
 def timeline(text: str) -> tuple[dict, list[tuple]]:
-    """The ``# key value`` header, and (time, family, dataset, label, n, seconds) per finished piece: a trial
-    counts (n = 1) when its line moves the study's count, a chunk has n seeds."""
+    """The ``# key value`` header, and (time, family, dataset, label, n, seconds, CPU seconds) per finished piece:
+    a trial counts (n = 1) when its line moves the study's count, a chunk has n seeds."""
     header, events, counted = {}, [], {}
     for line in text.splitlines():
         if line.startswith("# "):
@@ -37,13 +37,14 @@ def timeline(text: str) -> tuple[dict, list[tuple]]:
             header[key] = value
         elif m := TRIAL.match(line):
             study, k = (m["ds"], m["label"]), int(m["k"])
+            counts = int(k > counted.get(study, 0))
             events.append(
-                (float(m["t"]), "trial", m["ds"], m["label"], int(k > counted.get(study, 0)), float(m["s"]))
+                (float(m["t"]), "trial", m["ds"], m["label"], counts, float(m["s"]), float(m["cpu"]))
             )
             counted[study] = max(counted.get(study, 0), k)
         elif m := SEEDS.match(line):
             n = int(m["b"]) - int(m["a"]) + 1 if m["b"] else 1
-            events.append((float(m["t"]), "seeds", m["ds"], m["label"], n, float(m["s"])))
+            events.append((float(m["t"]), "seeds", m["ds"], m["label"], n, float(m["s"]), float(m["cpu"])))
     return header, events
 
 
@@ -71,11 +72,11 @@ def replay(header: dict, events: list[tuple], root: Path) -> list[tuple[float, f
     stage = {(s.dataset, s.label): s for s in runnable}
     progress = protocol_progress(runnable, jobs)
     out = [(0.0, progress.seconds_left(now=start), end - start)]
-    for i, (t, family, dataset, label, n, seconds) in enumerate(events):
+    for i, (t, family, dataset, label, n, seconds, cpu) in enumerate(events):
         progress.running = [(*stage[ds, lb].piece(fam, k if fam == "seeds" else 1), t2 - s2)
-                            for t2, fam, ds, lb, k, s2 in events[i + 1 :] if t2 - s2 < t]  # fmt: skip
+                            for t2, fam, ds, lb, k, s2, _ in events[i + 1 :] if t2 - s2 < t]  # fmt: skip
         with contextlib.redirect_stderr(io.StringIO()):
-            progress.advance(n, f"[{dataset}/{label}]", family, seconds, stage=stage[dataset, label])
+            progress.advance(n, f"[{dataset}/{label}]", family, seconds, stage[dataset, label], cpu, now=t)
         eta = progress.seconds_left(now=t)
         if eta is not None:
             out.append((t - start, eta, end - t))

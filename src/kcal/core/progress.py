@@ -1,15 +1,16 @@
 """Progress a user can read in a log file: one line per finished piece of work, on stderr, flushed.
 
-``[crime/nll_mmd] trial 37/100 (#38) done in 41 s, val_nll -0.71, best -0.78 | protocol 12% ETA 3h10m``
+``[crime/nll_mmd] trial 37/100 (#38) done in 41 s (39 s CPU), val_nll -0.71, best -0.78 | protocol 12% ETA 3h10m``
 
 A run of one kind of piece (``kcal sweep``, ``kcal seeds``) extrapolates its own rate. A plan of many kinds
-(a reproduction) gives its ETA from a :class:`Forecast`: each piece's predicted seconds, scaled by what
-the finished pieces took, laid out on the workers.
+(a reproduction) gives its ETA from a :class:`Forecast`: each piece's predicted CPU seconds, scaled by what
+the finished pieces took, laid out on the workers, at the pace the machine gives them now.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import sys
 import time
 from collections.abc import Hashable
@@ -27,7 +28,7 @@ def duration(seconds: float) -> str:
 
 @dataclass
 class Measured:
-    """Finished pieces: their count, predicted and measured seconds."""
+    """Finished pieces: their count, predicted and measured (CPU) seconds."""
 
     n: int = 0
     predicted: float = 0.0
@@ -51,38 +52,46 @@ class Forecast:
     """The wall time left of a plan of pieces run on ``workers`` processes.
 
     The plan is a list of :class:`Study` in the order a pool takes them. Every piece has a predicted cost in
-    seconds and a kind (``("trial", "blog", "nll")``, ``("seeds", "blog", "nll@samples=10")``) whose first
-    element is its family. The measured seconds of finished pieces refine the predictions:
+    CPU seconds (what it takes on a core of its own) and a kind (``("trial", "blog", "nll")``, ``("seeds",
+    "blog", "nll@samples=10")``) whose first element is its family. The CPU seconds of finished pieces refine
+    the predictions:
 
     * a family's ratio g = (Σ measured + N0·p̄) / (Σ predicted + N0·p̄) over its finished pieces, pulled
-      towards 1 by ``N0`` pieces of their mean prediction p̄: a machine that is twice as slow (or busy with
-      other jobs) shows after a few pieces;
+      towards 1 by ``N0`` pieces of their mean prediction p̄: a machine twice as slow shows after a few pieces;
     * a kind's ratio r = (Σ measured + M·g·p̄) / (Σ predicted + M·p̄) over its own pieces, pulled towards its
       family's g by ``M`` pieces: trials of one study vary several-fold with their sampled batch size and
       widths, so a single trial does not set a study's cost.
 
-    A piece left takes its prediction × r. The time left is the end of a greedy schedule of the pieces left:
-    each worker, when free, takes a released seed chunk, else the next trial of the first study with trials
+    A piece left takes its prediction × r of CPU. Its wall time is that times the pace: wall over CPU seconds of
+    the pieces that finished lately (weights e^(-age/:attr:`TAU`)), about the load of other jobs over the cores
+    on a shared machine (1 without finished pieces). The time left is the end of a greedy schedule of the pieces
+    left: each worker, when free, takes a released seed chunk, else the next trial of the first study with trials
     left, else waits for a chunk's release (its study's last trial). So a study's last trials and its long seed
-    chunks, which leave other workers idle, count in full instead of divided by the workers. A piece running
-    now is counted from its start, so the forecast is high by at most a piece per worker.
+    chunks, which leave other workers idle, count in full instead of divided by the workers.
     """
 
     N0 = 1.0
     M = 2.0
     OVERDUE = 0.1
+    TAU = 180.0
 
     def __init__(self, workers: int = 1) -> None:
         self.workers = max(1, int(workers))
         self.studies: list[Study] = []
         self.kinds: dict[Hashable, Measured] = {}
         self.families: dict[Hashable, Measured] = {}
+        self.paces: list[tuple[float, float, float]] = []  # (when it finished, wall s, CPU s)
 
     def add_study(self, study: Study) -> None:
         self.studies.append(study)
 
-    def finished(self, kind: Hashable, predicted: float, seconds: float) -> None:
-        """A piece of ``kind`` predicted at ``predicted`` s took ``seconds``: out of the plan, into the ratios."""
+    def finished(
+        self, kind: Hashable, predicted: float, seconds: float, cpu: float | None = None, at: float = 0.0
+    ) -> None:
+        """A piece of ``kind`` predicted at ``predicted`` CPU seconds took ``seconds``, ``cpu`` of them on a
+        CPU (None: all), finishing at ``at`` (the clock of :meth:`seconds_left`'s ``now``): out of the plan,
+        into the ratios and the pace."""
+        cpu = seconds if cpu is None else cpu
         for study in self.studies:
             if study.trial_kind == kind and study.trials > 0:
                 study.trials -= 1
@@ -93,8 +102,16 @@ class Forecast:
             if chunk is not None:
                 study.chunks.remove(chunk)
                 break
-        self.kinds.setdefault(kind, Measured()).add(predicted, seconds)
-        self.families.setdefault(family(kind), Measured()).add(predicted, seconds)
+        self.kinds.setdefault(kind, Measured()).add(predicted, cpu)
+        self.families.setdefault(family(kind), Measured()).add(predicted, cpu)
+        if cpu > 0 and seconds > 0:
+            self.paces.append((at, seconds, cpu))
+
+    def pace(self, now: float = 0.0) -> float:
+        """Wall seconds per CPU second of the pieces that finished lately (1 before any)."""
+        weights = [(math.exp(-max(now - at, 0.0) / self.TAU), wall, cpu) for at, wall, cpu in self.paces]
+        cpu = sum(w * c for w, _, c in weights)
+        return sum(w * wall for w, wall, _ in weights) / cpu if cpu > 0 else 1.0
 
     def ratio(self, kind: Hashable) -> float:
         """Measured over predicted seconds expected of the pieces of ``kind`` left."""
@@ -110,7 +127,7 @@ class Forecast:
         return (own.seconds + self.M * g * mean) / (own.predicted + self.M * mean)
 
     def work_left(self) -> float:
-        """Seconds of work left, summed over the pieces (not over the workers)."""
+        """CPU seconds of work left, summed over the pieces (not over the workers)."""
         total = 0.0
         for s in self.studies:
             total += s.trials * s.trial_s * self.ratio(s.trial_kind)
@@ -118,19 +135,21 @@ class Forecast:
         return total
 
     def work_done(self) -> float:
-        """Measured seconds of the finished pieces."""
+        """CPU seconds of the finished pieces."""
         return sum(m.seconds for m in self.kinds.values())
 
-    def seconds_left(self, running: list[tuple[Hashable, float, float]] = ()) -> float:
-        """Wall seconds until the plan's last piece ends (see the class). ``running``: (kind, predicted seconds,
-        seconds since it started) of the pieces the workers are running now, which hold their workers for what
-        they have left of their expected time (at least :attr:`OVERDUE` of it, for one that has overrun it)."""
+    def seconds_left(self, running: list[tuple[Hashable, float, float]] = (), now: float = 0.0) -> float:
+        """Wall seconds, from ``now``, until the plan's last piece ends (see the class). ``running``: (kind,
+        predicted CPU seconds, wall seconds since it started) of the pieces the workers are running now, which
+        hold their workers for what they have left of their expected time (at least :attr:`OVERDUE` of it, for
+        one that has overrun it)."""
+        pace = self.pace(now)
         free = [0.0] * self.workers
         trials = [[s.trials, s.trial_s * self.ratio(s.trial_kind), 0.0] for s in self.studies]
         waiting = [list(s.chunks) for s in self.studies]
         for kind, predicted, elapsed in running[: self.workers]:
             expected = predicted * self.ratio(kind)
-            left = max(expected - elapsed, self.OVERDUE * expected)
+            left = max(expected - elapsed / pace, self.OVERDUE * expected)
             free[free.index(0.0)] = left
             for i, s in enumerate(self.studies):
                 if s.trial_kind == kind and trials[i][0] > 0:
@@ -154,7 +173,7 @@ class Forecast:
             while first < len(trials) and trials[first][0] == 0:
                 first += 1
             if first == len(trials) and not released:
-                return end
+                return end * pace
             now = heapq.heappop(free)
             ready = [j for j, (t, _) in enumerate(released) if t <= now]
             if ready or first == len(trials):
@@ -213,7 +232,7 @@ class Progress:
             if self.forecast.work_left() <= 0:
                 return None
             now = time.monotonic() if now is None else now
-            return self.forecast.seconds_left([(k, p, now - t) for k, p, t in self.running])
+            return self.forecast.seconds_left([(k, p, now - t) for k, p, t in self.running], now)
         ran = self.done - self._start_done
         if 0 < ran and self.done < self.total:
             return (time.perf_counter() - self._t0) / ran * (self.total - self.done)
@@ -238,13 +257,17 @@ class Progress:
         family: str = "trial",
         seconds: float | None = None,
         stage: Weighing | None = None,
+        cpu: float | None = None,
+        now: float | None = None,
     ) -> None:
-        """``n`` pieces of ``family`` finished (trials that count; the seeds of one chunk), ``seconds`` of work."""
+        """``n`` pieces of ``family`` finished (trials that count; the seeds of one chunk) in ``seconds``, ``cpu``
+        of them on a CPU, at ``now`` (default ``time.monotonic()``)."""
         stage = stage or self.stage
         kind, units = (None, float(n)) if stage is None or not n else stage.piece(family, int(n))
         self.done = min(self.total, self.done + units)
         if self.forecast is not None and kind is not None and seconds is not None:
-            self.forecast.finished(kind, units, seconds)
+            now = time.monotonic() if now is None else now
+            self.forecast.finished(kind, units, seconds, cpu, now)
         print(f"{line} | {self.status()}", file=sys.stderr, flush=True)
 
     def finish(self, line: str) -> None:

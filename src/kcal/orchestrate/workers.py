@@ -116,28 +116,31 @@ def worker_storage(cfg: DictConfig) -> optuna.storages.BaseStorage:
     return STORAGES[key]
 
 
-def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float]:
-    """One trial of the study; (progress line, 1 if it counts towards n_trials else 0, its seconds)."""
+def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float]:
+    """One trial of the study; (progress line, 1 if it counts towards n_trials else 0, its seconds, its CPU
+    seconds)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = OmegaConf.create(cfg_container)
     cfg.sweep.worker = worker
     study = open_study(cfg, storage=worker_storage(cfg))
+    cpu = time.process_time()
     trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg))
+    cpu = time.process_time() - cpu
     counts = (
         trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
     )
-    line = f"[{cfg.dataset.name}/{cfg.objective.name}] {trial_line(cfg, trial, study)}"
-    return line, int(counts), trial_seconds(trial)
+    line = f"[{cfg.dataset.name}/{cfg.objective.name}] {trial_line(cfg, trial, study, cpu)}"
+    return line, int(counts), trial_seconds(trial), cpu
 
 
-def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> tuple[str, float]:
-    """Train one chunk of seeds; (the progress line, its seconds)."""
+def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> tuple[str, float, float]:
+    """Train one chunk of seeds; (the progress line, its seconds, its CPU seconds)."""
     base, cfg = OmegaConf.create(base_container), OmegaConf.create(cfg_container)
     dirs = seed_dirs(cfg)
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), time.process_time()
     train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
-    seconds = time.perf_counter() - t0
-    return chunk_line(cfg, seeds, seconds), seconds
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+    return chunk_line(cfg, seeds, seconds, cpu), seconds, cpu
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,11 +268,11 @@ def run_pool(stages: list[Stage], jobs: int, progress: Progress, poll_s: float =
                     if kind == "trial":
                         in_flight[what] -= 1
                         dirty.add(what)
-                        line, counts, seconds = fut.result()
-                        progress.advance(counts, line, "trial", seconds, stage=owners[what])
+                        line, counts, seconds, cpu = fut.result()
+                        progress.advance(counts, line, "trial", seconds, stage=owners[what], cpu=cpu)
                     else:
-                        line, seconds = fut.result()
-                        progress.advance(len(group), line, "seeds", seconds, stage=what)
+                        line, seconds, cpu = fut.result()
+                        progress.advance(len(group), line, "seeds", seconds, stage=what, cpu=cpu)
                         chunks_left[id(what)] -= 1
                         if chunks_left[id(what)] == 0:
                             summarize(what.cfg)
