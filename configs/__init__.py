@@ -11,3 +11,10 @@ from pathlib import Path
 
 CONFIG_PATH = "pkg://kcal.configs"
 CONFIG_DIR = str(Path(__file__).resolve().parent)
+
+
+def choices(group: str) -> list[str]:
+    """The configs of ``group`` (``dataset``, ``objective``, ``profile``, ...), as a command line names them
+    (``dataset=crime``; a nested file ``experiment/a/b.yaml`` is ``a/b``), sorted; empty for no such group."""
+    folder = Path(CONFIG_DIR) / group
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))

@@ -182,3 +182,93 @@ def test_a_study_with_no_usable_trial_says_what_happened(with_data):
     assert res.returncode == 2 and last_line(res.stderr) == expected, res.stderr[-2000:]
     res = with_data[1]["seeds"]
     assert res.returncode == 2 and last_line(res.stderr) == expected, res.stderr[-2000:]
+
+
+# (6) a misspelt name is one line listing the valid names, exit 2, in every documented command
+@pytest.fixture(scope="module")
+def misspelt(tmp_path_factory) -> tuple[Path, dict]:
+    """Every documented command with a misspelt dataset, objective or config group, in one subprocess (the
+    Hydra programs first: Hydra's own error, which they used to print, is the longest output)."""
+    tmp = tmp_path_factory.mktemp("misspelt")
+    root, dest = tmp / "root", tmp / "dest"
+    root.mkdir()
+    hydra_run = f"hydra.run.dir={tmp}/logs"
+    calls = {
+        "train dataset": ("train", "dataset=crme", hydra_run),
+        "train objective": ("train", "objective=nll_mdm", hydra_run),
+        "train multirun": ("train", "-m", "dataset=crime,crme", f"hydra.sweep.dir={tmp}/many"),
+        "sweep profile": ("sweep", "profile=quik", hydra_run, f"root={root}"),
+        "seeds objective": ("seeds", "objective=nll_mdm", hydra_run, f"root={root}"),
+        "ablation dataset": ("ablation", "dataset=crme", hydra_run, f"root={root}"),
+        "reproduce dataset": ("reproduce", "dataset=crme", hydra_run, f"root={root}"),
+        "reproduce datasets": ("reproduce", "reproduce.datasets=[crme]", hydra_run, f"root={root}"),
+        "reproduce objectives": (
+            "reproduce",
+            "reproduce.objectives=[nll,nll_mdm]",
+            hydra_run,
+            f"root={root}",
+        ),
+        "report datasets": ("report", str(root), str(dest), "--datasets", "crme"),
+        "report withdraw dataset": ("report", "--withdraw", "crme/xe", "--keep", "x", str(dest)),
+        "report withdraw objective": ("report", "--withdraw", "crime/nll_mdm", "--keep", "x", str(dest)),
+        "pareto-report": ("pareto-report", "publish", str(root), "crme", "--dest", str(dest)),
+        "figures reproduction": (
+            "figures",
+            "reproduction",
+            str(root),
+            "--datasets",
+            "crme",
+            "--out",
+            str(dest),
+        ),
+        "figures local": ("figures", "local", "--datasets", "blog", "--root", str(dest)),
+        "state": ("state", "export", str(root), str(dest), "--datasets", "crme"),
+        "reevaluate": ("reevaluate", str(root), "--datasets", "crme"),
+        "bench datasets": ("bench", "--datasets", "crme", "--out", str(dest)),
+        "bench estimate": ("bench", "--estimate-only", "--estimate-datasets", "crme", "--out", str(dest)),
+        "bench objectives": ("bench", "--seed-objectives", "nll_mdm", "--out", str(dest)),
+        "sweep-throughput": ("sweep-throughput", "--pairs", "crme:nll"),
+    }
+    return tmp, kcal(calls)
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "valid"),
+    [("train dataset", "dataset 'crme'", "crime"), ("train objective", "objective 'nll_mdm'", "nll_mmd"),
+     ("train multirun", "dataset 'crme'", "crime"), ("sweep profile", "profile 'quik'", "quick"),
+     ("seeds objective", "objective 'nll_mdm'", "nll_mmd"), ("ablation dataset", "dataset 'crme'", "crime"),
+     ("reproduce dataset", "dataset 'crme'", "crime"), ("reproduce datasets", "dataset 'crme'", "crime"),
+     ("reproduce objectives", "objective 'nll_mdm'", "nll_mmd"), ("report datasets", "dataset 'crme'", "crime"),
+     ("report withdraw dataset", "dataset 'crme'", "crime"),
+     ("report withdraw objective", "objective 'nll_mdm'", "nll_mmd"), ("pareto-report", "dataset 'crme'", "crime"),
+     ("figures reproduction", "dataset 'crme'", "crime"), ("figures local", "dataset 'blog'", "crop-yield"),
+     ("state", "dataset 'crme'", "crime"), ("reevaluate", "dataset 'crme'", "crime"),
+     ("bench datasets", "dataset 'crme'", "crime"), ("bench estimate", "dataset 'crme'", "crime"),
+     ("bench objectives", "objective 'nll_mdm'", "nll_mmd"), ("sweep-throughput", "dataset 'crme'", "crime")],
+)  # fmt: skip
+def test_a_misspelt_name_is_one_line_listing_the_valid_names_exit_2(misspelt, call, kind, valid):
+    tmp, runs = misspelt
+    res = runs[call]
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"config error: unknown {kind}; valid names: "), lines
+    assert valid in lines[0].partition("valid names: ")[2].split(", "), lines[0]
+    assert not (tmp / "dest").exists() and not (tmp / "many").exists()  # nothing written
+
+
+def test_group_choices_are_checked_as_hydra_would_read_them(tmp_path):
+    from kcal.core.errors import unknown_choices
+
+    assert (
+        unknown_choices(["dataset=crime", "+experiment=paper_regression", "~logger", "objective=null"]) == []
+    )
+    assert unknown_choices(["dataset.max_train_rows=128", "hydra/launcher=submitit_local", "seed=0,1"]) == []
+    assert len(unknown_choices(["-m", "dataset=crime,crme,blgo", "objective=nll"])) == 2
+    assert unknown_choices(["--cfg", "job", "model=mpl"])[0].startswith("unknown model 'mpl'; valid names: ")
+    # a user's --config-dir adds configs to a group; a --config-path replaces kcal's, which Hydra checks
+    (tmp_path / "dataset").mkdir()
+    (tmp_path / "dataset" / "mine.yaml").write_text("name: mine\n")
+    assert unknown_choices(["dataset=mine"]) != []
+    assert unknown_choices(["--config-dir", str(tmp_path), "dataset=mine"]) == []
+    assert unknown_choices([f"--config-dir={tmp_path}", "dataset=mine"]) == []
+    assert unknown_choices(["--config-path", str(tmp_path), "dataset=anything"]) == []

@@ -249,18 +249,22 @@ def test_the_progress_plan_is_the_work_the_pool_advances(tmp_path, jobs):
     plan counts the chunks that will run, so the protocol does not reach 100 % before its last chunk."""
     from kcal.orchestrate.reproduce import protocol_progress
     from kcal.orchestrate.workers import Stage
-    from kcal.reruns.seeds import chunk_units, chunks
+    from kcal.reruns.seeds import chunks
 
     over = ["dataset=breast-cancer", "objective=xe", "sweep.n_trials=4", "seeds_run.n_seeds=5",
             "seeds_run.vectorized=true", f"root={tmp_path}"]  # fmt: skip
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         st = Stage("breast-cancer", "xe", compose("seeds", overrides=over), sweeps=True)
     progress = protocol_progress([st], jobs)
-    advanced = (
-        4 * st.cost + sum(chunk_units(len(c)) for c in chunks(st.cfg, list(range(5)), parts=jobs)) * st.cost
-    )
-    assert progress.total == pytest.approx(advanced) and progress.done == 0
-    progress.advance(advanced, "all of it")
+    sizes = [len(c) for c in chunks(st.cfg, list(range(5)), parts=jobs)]
+    planned = 4 * st.prediction.trial_s + sum(st.prediction.chunk(k) for k in sizes)
+    assert progress.total == pytest.approx(planned) and progress.done == 0
+    assert progress.forecast.seconds_left() >= planned / jobs
+    for k in range(4):
+        progress.advance(1, f"trial {k}", "trial", st.prediction.trial_s, stage=st)
+    for k in sizes:
+        progress.advance(k, f"{k} seeds", "seeds", st.prediction.chunk(k), stage=st)
+    assert progress.done == pytest.approx(planned) and progress.forecast.work_left() == 0
     assert progress.status() == "protocol 99%"  # done, but only finish() says 100 %
     progress.finish("results")
     assert progress.status() == "protocol 100%"

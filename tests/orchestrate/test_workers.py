@@ -6,8 +6,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 # The middle process plays the reproduction: it starts one worker watched by exit_with_parent, prints
 # the worker's pid, and waits. The worker would sleep for 10 minutes if nothing stopped it.
 PARENT = """
@@ -56,37 +54,20 @@ def test_worker_exits_when_its_parent_is_killed(tmp_path):
             os.kill(worker, signal.SIGKILL)
 
 
-def test_progress_weighs_a_trial_by_its_dataset_and_regulariser():
-    """A reproduction's ETA counts a blog trial (36k training rows) as more work than a crime one."""
-    from hydra import compose, initialize_config_dir
-
-    from kcal.configs import CONFIG_DIR
-    from kcal.orchestrate.workers import DRAWS_COST, REGULARISER_COST, work_cost
-
-    def cfg(dataset, objective):
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose("sweep", overrides=[f"dataset={dataset}", f"objective={objective}"])
-
-    crime, blog = work_cost(cfg("crime", "nll")), work_cost(cfg("blog", "nll"))
-    assert crime == pytest.approx(1.395) and blog / crime > 20
-    assert work_cost(cfg("crime", "nll_mmd")) == pytest.approx(REGULARISER_COST["mmd"] * crime)
-    # Table 6's reruns: an MMD of M draws costs more with M (fewer than the default 10 count as 10)
-    m200, m1 = cfg("crime", "nll_mmd"), cfg("crime", "nll_mmd")
-    m200.objective.params.num_samples, m1.objective.params.num_samples = 200, 1
-    assert work_cost(m200) == pytest.approx(REGULARISER_COST["mmd"] * crime * (1 + 190 * DRAWS_COST))
-    assert work_cost(m1) == pytest.approx(REGULARISER_COST["mmd"] * crime)
-    xe, kde = work_cost(cfg("dry-bean", "xe")), work_cost(cfg("dry-bean", "xe_kde"))
-    assert kde == pytest.approx(REGULARISER_COST["kde"] * xe) and kde > work_cost(cfg("dry-bean", "xe_mmce"))
-
-
 def test_progress_units_weigh_what_the_caller_runs():
-    """kcal.sweep.search and kcal.reruns.seeds count trials and seeds; the reproduction weighs them by the stage's cost."""
+    """kcal.sweep.search and kcal.reruns.seeds count trials and seeds; the reproduction's stage weighs them."""
     from kcal.core.progress import Progress
 
+    class Stage:
+        def piece(self, family, n):
+            return (family, "crime", "nll"), (2.0 * n if family == "trial" else 1.0 + n)
+
     progress = Progress(10.0 * 2.0 + 5.0, "protocol")
-    progress.unit = 2.0  # a stage whose trials cost 2 units each
+    progress.stage = Stage()  # a stage whose trials cost 2 units each
     progress.advance(5, "five trials")
     assert progress.done == 10.0 and progress.status().startswith("protocol 40%")
+    progress.advance(4, "a chunk of four seeds", "seeds")
+    assert progress.done == 15.0
 
 
 def test_seed_reruns_are_split_over_the_pools_workers():

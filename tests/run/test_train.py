@@ -133,6 +133,7 @@ def test_cli_single_run_multirun_and_config_error(tmp_path, train_cli_run):
     single, run_dir = train_cli_run  # kcal train dataset=crime objective=nll ... (conftest.py)
     assert single.returncode == 0, single.stderr[-2000:]
     assert json.loads((run_dir / "metrics.json").read_text())["status"] == "ok"
+    assert single.stdout.strip().splitlines()[-1] == f"run: {run_dir}"  # where it wrote
     # the config error first (its check of stderr is the strictest), then the multirun, in one subprocess
     bad, multi = run_modules([
         _cli(*REGRESSION, "trainer.batch_size=100000", f"hydra.run.dir={tmp_path / 'bad'}"),

@@ -113,6 +113,10 @@ def test_command_line_resumes_the_complete_pareto_study(crime_root):
         "study crime__nll_mmd__paper__pareto: 3 finished trials (0 running elsewhere); "
     )
     assert f"selected #{best['trial']} (val/nll " in done.stdout and "front of " in done.stdout
+    assert (
+        done.stdout.strip().splitlines()[-1]
+        == f"trials: {crime_root / 'crime' / 'nll_mmd' / 'sweep__pareto'}"
+    )
 
 
 def test_paper_study_in_the_same_root_keeps_its_name_fingerprint_and_values(crime_root):

@@ -60,6 +60,8 @@ from kcal.bench.workloads import (
     task_of,
 )
 from kcal.core import layout
+from kcal.core.errors import check_choices, exits_on_user_error
+from kcal.data import get_spec
 from kcal.paper import PAPER_DATASETS, TASKS
 from kcal.run import run
 
@@ -301,6 +303,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.seeds_dataset = "crime" if args.seeds_dataset is None else args.seeds_dataset
     args.devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     args.estimate_datasets = args.estimate_datasets or [ds for task in TASKS for ds in PAPER_DATASETS[task]]
+    # a misspelt name: one line listing the valid ones, exit 2 ('none' and '' name no dataset: skip that part)
+    for name in [*args.datasets, *args.loop_datasets, *args.estimate_datasets, args.seeds_dataset]:
+        if name not in ("none", ""):
+            get_spec(name)
+    check_choices("objective", args.seed_objectives or [])
     return args
 
 
@@ -334,6 +341,7 @@ def environment() -> str:
             f"({platform.processor() or platform.machine()}), CUDA: {cuda}, load average {load[0]}")  # fmt: skip
 
 
+@exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.threads:
@@ -362,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         estimates, text = whole_protocol(args, log)
         write_estimate(estimates, text, args, env)
         print(text)
+        print(f"wrote {args.out / 'estimate.csv'} and {args.out / 'estimate.md'}")
     return 0
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import optuna
 
 from kcal.core import layout
+from kcal.core.errors import ConfigError, check_choices, exits_on_user_error
 from kcal.data import get_spec
 
 DEFAULT_PAIRS = ("crime:nll_mmd", "adult:xe_mmd")
@@ -103,6 +104,7 @@ def measure(pair: str, trials: int, jobs: int, max_epochs: int, src: str | None 
         return Throughput(pair, src or "installed", trials, last - first, last - t0)
 
 
+@exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kcal sweep-throughput", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", nargs="+", default=list(DEFAULT_PAIRS), help="dataset:objective")
@@ -111,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-epochs", type=int, default=25, help="epoch cap of every trial (25)")
     ap.add_argument("--src", action="append", default=None, help="source tree to run (repeatable)")
     args = ap.parse_args(argv)
+    for pair in args.pairs:
+        dataset, sep, objective = pair.partition(":")
+        if not sep:
+            raise ConfigError(f"--pairs takes DATASET:OBJECTIVE, e.g. crime:nll_mmd; got {pair!r}")
+        get_spec(dataset)
+        check_choices("objective", [objective])
     print("| pair | source | trials | trials/hour | span (s) | wall (s) |\n|---|---|---:|---:|---:|---:|")
     for pair in args.pairs:
         for src in args.src or [None]:

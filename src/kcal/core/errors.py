@@ -1,7 +1,7 @@
 """Errors a user can fix, and how entry points report them: one line on stderr, never a traceback.
 
-* :class:`ConfigError` (an invalid value, a wrongly typed override, a resume with another config)
-  and :class:`DataError` (a raw file missing or failing its checksum) exit with status 2;
+* :class:`ConfigError` (an invalid value, a wrongly typed override, a misspelt name, a resume with another
+  config) and :class:`DataError` (a raw file missing or failing its checksum) exit with status 2;
 * :class:`IncompleteError` (a run that could not produce what it was asked for, e.g. a study with
   no usable trial or a reproduction with datasets left out) exits with status 2 as well;
 * Ctrl-C (``KeyboardInterrupt``) exits with status 130 and says how to resume.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -62,6 +63,84 @@ def mistyped_overrides(cfg) -> list[str]:
         elif isinstance(default, int | float):
             problems.append(f"{key}={value!r} is not a number; pass a number, e.g. {key}={default}")
     return problems
+
+
+def unknown_name(kind: str, name: str, valid) -> str:
+    """``unknown dataset 'crme'; valid names: adult, blog, ...``: the one form every misspelt name takes."""
+    return f"unknown {kind} {name!r}; valid names: {', '.join(valid)}"
+
+
+def check_choices(group: str, names) -> None:
+    """Raise :class:`ConfigError` for the first of ``names`` that is not a config of ``group`` (``objective``,
+    ``dataset``, ...: :func:`kcal.configs.choices`), listing the valid ones. A variant label
+    (``nll_mmd@samples=10``) is checked by the objective before its ``@``."""
+    from kcal.configs import choices
+
+    valid = choices(group)
+    for name in names:
+        if str(name).split("@", 1)[0] not in valid:
+            raise ConfigError(unknown_name(group, str(name), valid))
+
+
+def unknown_choices(argv: list[str]) -> list[str]:
+    """One message per command-line override ``group=name`` (also ``+group=name`` and a multirun's
+    ``group=a,b``) whose group is a folder of kcal's configs (or of a ``--config-dir``) that holds no config
+    ``name``: ``unknown dataset 'crme'; valid names: adult, blog, ...``. Hydra's own groups (``hydra/...``),
+    a ``--config-path`` or ``hydra.searchpath`` of the user's, and what Hydra's parser refuses are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    from kcal.configs import choices
+
+    dirs, overrides = [], []
+    for i, arg in enumerate(argv):
+        if arg in ("-cp", "--config-path") or arg.startswith("--config-path="):
+            return []
+        if arg in ("-cd", "--config-dir") and i + 1 < len(argv):
+            dirs.append(Path(argv[i + 1]))
+        elif arg.startswith("--config-dir="):
+            dirs.append(Path(arg.partition("=")[2]))
+        elif "=" in arg and not arg.startswith("-"):
+            overrides.append(arg)
+    if any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides):
+        return []
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra reports what it cannot parse
+        return []
+    problems = []
+    for override in parsed:
+        group, value = override.key_or_group, override.value()
+        valid = set(choices(group)) if not group.startswith("hydra") else set()
+        for folder in dirs:
+            valid.update(p.relative_to(folder / group).with_suffix("").as_posix()
+                         for p in (folder / group).rglob("*.yaml"))  # fmt: skip
+        if not valid or override.is_delete() or value is None:
+            continue
+        if isinstance(value, ChoiceSweep):
+            names = list(override.sweep_string_iterator())
+        elif override.is_sweep_override():  # a range or glob: Hydra expands it
+            continue
+        else:
+            names = [override.get_value_element_as_str()]
+        problems += [unknown_name(group, name, sorted(valid)) for name in names if name not in valid]
+    return problems
+
+
+def exits_on_unknown_choice(main):
+    """Hydra entry points (put above ``@hydra.main``): a command line naming a config that does not exist
+    (``dataset=crme``, ``objective=nll_mdm``, ``profile=quik``) is one line on stderr with exit status 2
+    (:func:`unknown_choices`), as every other user error, where Hydra would print some 20 lines and exit 1.
+    It is checked before Hydra composes the config, which no decorator below ``@hydra.main`` sees."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        problems = unknown_choices(sys.argv[1:])
+        if problems:
+            _report("config error", ConfigError("; ".join(problems)), EXIT_USER_ERROR)
+        return main(*args, **kwargs)
+
+    return wrapper
 
 
 def _is_number(text: str) -> bool:

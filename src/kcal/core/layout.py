@@ -124,6 +124,22 @@ def trial_number(run_dir: Path) -> int:
     return int(Path(run_dir).name.removeprefix("trial_"))
 
 
+STUDIES_FILE = "studies.csv"  # in a published data folder: one row per study (trial hours, seeds' end, ...)
+TIMINGS_FILE = "timings.csv"  # in kcal/resources: measured trial and seed-chunk seconds of recorded runs
+
+
+def published_data(profile: str) -> Path:
+    """``kcal/resources/results/<profile>``: the published numbers of a ``profile`` reproduction (package data)."""
+    return resources_dir() / "results" / profile
+
+
+def resources_dir() -> Path:
+    """The package data folder ``kcal/resources``."""
+    from importlib import resources
+
+    return Path(str(resources.files("kcal.resources")))
+
+
 TRIALS_FOLDER = "trials"  # in a published data folder: trials/<dataset>__<objective>.csv
 
 

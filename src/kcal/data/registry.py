@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from kcal.core.errors import ConfigError
+from kcal.core.errors import ConfigError, unknown_name
 
 PAPER_REGRESSION = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
 PAPER_CLASSIFICATION = ("breast-cancer", "heart-disease", "online-shoppers", "dry-bean", "adult")
@@ -102,6 +102,4 @@ def get_spec(name: str) -> DatasetSpec:
     try:
         return _registry()[name]
     except KeyError:
-        raise UnknownDatasetError(
-            f"unknown dataset {name!r}; valid names: {', '.join(dataset_names())}"
-        ) from None
+        raise UnknownDatasetError(unknown_name("dataset", name, dataset_names())) from None

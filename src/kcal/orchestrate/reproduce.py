@@ -23,15 +23,22 @@ from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
-from kcal.core.progress import Progress
+from kcal.core.errors import (
+    ConfigError,
+    DataError,
+    IncompleteError,
+    check_choices,
+    exits_on_config_error,
+    exits_on_unknown_choice,
+)
+from kcal.core.progress import Forecast, Progress, Study
 from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
 from kcal.orchestrate.workers import Stage, run_pool
 from kcal.paper import PAPER_DATASETS as DATASETS
 from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
-from kcal.reruns.seeds import chunk_units, chunks, collect, run_seeds, seed_dirs
+from kcal.reruns.seeds import chunks, collect, run_seeds, seed_dirs
 from kcal.sweep.search import sweep
 from kcal.sweep.studies import counted, open_study
 
@@ -69,6 +76,7 @@ def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
         raise ConfigError(f"task={task} is not one of: {', '.join(OBJECTIVES)}")
     datasets = list(cfg.reproduce.datasets or DATASETS[task])
     objectives = list(cfg.reproduce.objectives or OBJECTIVES[task])
+    check_choices("objective", objectives)
     out = []
     for ds in datasets:
         out += [(ds, obj, [f"objective={obj}"]) for obj in objectives]
@@ -81,31 +89,37 @@ def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
 
 
 def protocol_progress(runnable: list[Stage], jobs: int = 1) -> Progress:
-    """The protocol's work, every study's trials and every chunk of seeds, each weighted by its
-    estimated cost (:func:`kcal.orchestrate.workers.work_cost`), so the ETA does not count a blog trial as a crime one.
+    """The protocol's work, every study's trials and every chunk of seeds, each weighed by its predicted
+    seconds (:mod:`kcal.orchestrate.costs`), with the forecast of its ETA (:class:`kcal.core.progress.Forecast`:
+    the studies in the pool's order, each one's seed chunks, Table 6's reruns included, after its trials).
 
     The seeds still to train are planned in the chunks that will train them (``jobs`` workers split a rerun
     into at least ``jobs`` chunks, :func:`kcal.reruns.seeds.chunks`), so the units advanced as chunks finish
     add up to the plan: the progress reaches its end with the protocol's last stage, not before."""
     total = done = 0.0
     parts = jobs if jobs > 1 else 1
+    forecast = Forecast(workers=jobs)
+    plan: dict[tuple[str, str], Study] = {}
     for st in runnable:
-        cost = st.cost
         if st.sweeps:
             n = int(st.cfg.sweep.n_trials)
-            total += n * cost
             try:
-                done += min(n, counted(open_study(st.cfg, create=False))[0]) * cost
+                finished = min(n, counted(open_study(st.cfg, create=False))[0])
             except KeyError:  # no study yet
-                pass
+                finished = 0
+            kind, trial_s = st.piece("trial", 1)
+            total, done = total + n * trial_s, done + finished * trial_s
+            plan[st.study_key] = Study(kind, n - finished, trial_s)
+    for st in runnable:
         dirs = seed_dirs(st.cfg)
         pending = [k for k, d in dirs.items() if not layout.is_finished(d)]
-        finished = len(dirs) - len(pending)
-        left = sum(chunk_units(len(c)) for c in chunks(st.cfg, pending, parts=parts)) * cost
-        gone = chunk_units(finished) * cost if finished else 0.0
-        total += left + gone
-        done += gone
-    return Progress(total, "protocol", done=done)
+        chunked = [st.piece("seeds", len(c)) for c in chunks(st.cfg, pending, parts=parts)]
+        gone = st.piece("seeds", len(dirs) - len(pending))[1] if len(dirs) > len(pending) else 0.0
+        total, done = total + sum(s for _, s in chunked) + gone, done + gone
+        plan.setdefault(st.study_key, Study(None, 0, 0.0)).chunks.extend(chunked)
+    for study in plan.values():
+        forecast.add_study(study)
+    return Progress(total, "protocol", done=done, forecast=forecast)
 
 
 def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
@@ -125,13 +139,13 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
             runnable.append(Stage(ds, label, pair, sweeps=not layout.is_variant(label)))
     jobs = int(cfg.reproduce.jobs or os.cpu_count() or 1)
     progress = protocol_progress(runnable, jobs)
-    print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es); {progress.status()}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es) into {root}; "
+          f"{progress.status()}", file=sys.stderr, flush=True)  # fmt: skip
     if jobs == 1:  # one process: the stages in order, each sweep then its seeds
         for i, st in enumerate(runnable, 1):
             print(f"[{i}/{len(runnable)}] {st.dataset} / {st.label}  ({time.perf_counter() - t0:.0f} s so far)",
                   file=sys.stderr)  # fmt: skip
-            progress.unit = st.cost  # sweep and run_seeds count trials and seeds; progress weighs them
+            progress.stage = st  # sweep and run_seeds count trials and seeds; the stage weighs them
             if st.sweeps:
                 sweep(st.cfg, progress)
             run_seeds(st.cfg, progress)
@@ -155,6 +169,7 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     return results_csv
 
 
+@exits_on_unknown_choice
 @keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="reproduce")
 @exits_on_config_error

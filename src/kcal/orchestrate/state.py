@@ -55,7 +55,7 @@ import kcal
 from kcal.configs import CONFIG_DIR
 from kcal.core import layout
 from kcal.core.errors import ConfigError, exits_on_user_error
-from kcal.data import dataset_names
+from kcal.data import dataset_names, get_spec
 
 MARKER = "kcal-state.json"
 JOURNAL = "journal.log"
@@ -173,6 +173,8 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
         {layout.dataset_of_study(n) for n in optuna.get_all_study_names(storage)} if storage else set()
     )
     known = set(dataset_names())
+    for name in datasets or []:
+        get_spec(name)  # a misspelt name: one line listing the valid ones
     found = sorted(known & (in_storage | {d.name for d in root.iterdir() if d.is_dir()}))
     if datasets:
         unknown = sorted(set(datasets) - set(found))

@@ -21,15 +21,16 @@ from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from kcal.core.progress import Progress
-from kcal.data import get_spec
-from kcal.reruns.seeds import chunk_line, chunk_units, chunks, seed_dirs, seed_plan, summarize, train_seeds
-from kcal.sweep.search import run_trial, trial_line, write_best
-from kcal.sweep.search_space import search_space, train_rows
+from kcal.orchestrate.costs import Prediction, predict
+from kcal.reruns.seeds import chunk_line, chunks, seed_dirs, seed_plan, summarize, train_seeds
+from kcal.sweep.search import run_trial, trial_line, trial_seconds, write_best
+from kcal.sweep.search_space import search_space
 from kcal.sweep.studies import (
     COUNTED_FAILURES,
     STATUS,
@@ -86,43 +87,17 @@ class Stage:
     def study_key(self) -> tuple[str, str]:
         return self.dataset, str(self.cfg.seeds_run.best_from)
 
-    @property
-    def cost(self) -> float:
-        """The estimated cost of one of its trials (:func:`work_cost`)."""
-        return work_cost(self.cfg)
+    @cached_property
+    def prediction(self) -> Prediction:
+        """Its predicted seconds of a trial and of a seed chunk (:func:`kcal.orchestrate.costs.predict`)."""
+        return predict(self.cfg, self.label)
 
-
-REGULARISER_COST = {"mmd": 1.6, "mmce": 1.6, "kde": 2.6}
-"""A trial with each calibration regulariser costs about this many trials without one: the geometric
-mean, over the four classification datasets run at the full budget (heart-disease, breast-cancer,
-dry-bean, online-shoppers), of the study's trial hours over XE's (``studies.csv``; for online-shoppers
-its complete trials only, as trials stopped by a session's end count the pause there): XE + MMD 2.5,
-1.8, 0.92, 1.6; XE + MMCE 3.3, 0.72, 2.8, 1.1; XE + ECE-KDE 5.6, 1.5, 3.0, 1.9. The per-epoch costs
-alone (``kcal.bench.speed``: MMD 1.4-1.7) are mixed with how long the selected configurations train, so one
-dataset's ratio can be off by 2x either way; ECE-KDE's bandwidth selection grows with the batch size."""
-
-
-DRAWS_COST = 1.0 / 40
-"""A regression MMD with M forecast draws costs ``1 + (M - 10) * DRAWS_COST`` times one with the default
-10 (Table 6's reruns; fewer draws count as 10): fitted to the 50-seed stack epochs of blog that ``python -m
-kcal.bench.speed --estimate-only --estimate-datasets blog`` measured on ``d073cab``, NLL 9.8 s, M = 10 15.5 s,
-50 31.9 s, 100 47.9 s, 200 76.0 s (this rule: 15.5, 31, 50, 89; the regulariser's (M, n, n) kernel
-tensors grow with M)."""
-
-
-def work_cost(cfg: DictConfig) -> float:
-    """A trial's (or a single seed's) estimated cost in units of an epoch pass over 1000 training rows
-    without a regulariser: an epoch's minibatch steps scale with the training rows, and a regulariser
-    multiplies them by its ``REGULARISER_COST`` (an MMD with many draws by :data:`DRAWS_COST` too).
-    Progress counts work in these units, so a reproduction's ETA after crime's 1-2 s trials is not that of
-    blog's 20-120 s ones, nor XE's that of XE + ECE-KDE, nor Table 6's M = 10 rerun that of M = 200."""
-    reg = cfg.objective.get("regularizer")
-    if not reg or not float(cfg.objective.weight):
-        return train_rows(cfg) / 1000.0
-    draws = cfg.objective.get("params", {}).get("num_samples") if reg == "mmd" else None
-    if draws is None or get_spec(cfg.dataset.name).task != "regression":  # classes: no draws
-        draws = 10
-    return train_rows(cfg) / 1000.0 * REGULARISER_COST[reg] * (1.0 + max(int(draws) - 10, 0) * DRAWS_COST)
+    def piece(self, family: str, n: int) -> tuple[tuple[str, str, str], float]:
+        """(kind, predicted seconds) of ``n`` of its study's trials (``family="trial"``) or of a chunk of ``n``
+        of its seeds (``"seeds"``): what :class:`kcal.core.progress.Progress` weighs and forecasts."""
+        if family == "trial":
+            return ("trial", self.dataset, str(self.cfg.seeds_run.best_from)), n * self.prediction.trial_s
+        return ("seeds", self.dataset, self.label), self.prediction.chunk(n)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -142,26 +117,31 @@ def worker_storage(cfg: DictConfig) -> optuna.storages.BaseStorage:
     return STORAGES[key]
 
 
-def trial_task(cfg_container: dict, worker: int) -> tuple[str, int]:
-    """One trial of the study; (progress line, 1 if it counts towards n_trials else 0)."""
+def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float]:
+    """One trial of the study; (progress line, 1 if it counts towards n_trials else 0, its seconds, its CPU
+    seconds)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = OmegaConf.create(cfg_container)
     cfg.sweep.worker = worker
     study = open_study(cfg, storage=worker_storage(cfg))
+    cpu = time.process_time()
     trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg))
+    cpu = time.process_time() - cpu
     counts = (
         trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
     )
-    return f"[{cfg.dataset.name}/{cfg.objective.name}] {trial_line(cfg, trial, study)}", int(counts)
+    line = f"[{cfg.dataset.name}/{cfg.objective.name}] {trial_line(cfg, trial, study, cpu)}"
+    return line, int(counts), trial_seconds(trial), cpu
 
 
-def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> str:
-    """Train one chunk of seeds; the progress line."""
+def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> tuple[str, float, float]:
+    """Train one chunk of seeds; (the progress line, its seconds, its CPU seconds)."""
     base, cfg = OmegaConf.create(base_container), OmegaConf.create(cfg_container)
     dirs = seed_dirs(cfg)
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), time.process_time()
     train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
-    return chunk_line(cfg, seeds, time.perf_counter() - t0)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+    return chunk_line(cfg, seeds, seconds, cpu), seconds, cpu
 
 
 # ------------------------------------------------------------------------------------------------
@@ -220,7 +200,7 @@ def run_pool_once(
     counts the tasks that came back (``finished["tasks"]``)."""
     finished = Counter() if finished is None else finished
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
-    costs = {key: work_cost(cfg) for key, cfg in studies.items()}
+    owners = {s.study_key: s for s in stages if s.sweeps}
     opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
     containers = {key: OmegaConf.to_container(cfg, resolve=True) for key, cfg in studies.items()}
     swept: set[tuple[str, str]] = set()
@@ -228,6 +208,10 @@ def run_pool_once(
     seed_queue: deque = deque()
     chunks_left: Counter = Counter()
     futures: dict[Future, tuple] = {}
+    # when each task started, as far as this process can tell: tasks start in the order they were submitted,
+    # each as a worker finishes its last one (the forecast counts what a running task has left, not all of it)
+    queued: deque[Future] = deque()
+    started: dict[Future, float] = {}
     waiting = False
     # (finished, running) of each study as last read from the storage. A study is read again only when
     # one of its trials came back here, or every poll_s (trials of other processes, dead workers' trials):
@@ -268,6 +252,23 @@ def run_pool_once(
                 if not groups:
                     summarize(st.cfg)
 
+    def submitted(fut: Future, what: tuple) -> None:
+        futures[fut] = what
+        queued.append(fut)
+        start_queued()
+
+    def start_queued() -> None:
+        while queued and len(started) < jobs:
+            started[queued.popleft()] = time.monotonic()
+
+    def running() -> list[tuple]:
+        out = []
+        for fut in started:
+            kind, what, group = futures[fut]
+            piece = owners[what].piece("trial", 1) if kind == "trial" else what.piece("seeds", len(group))
+            out.append((*piece, started[fut]))
+        return out
+
     def next_trial():
         for key in studies:
             if key in swept:
@@ -289,13 +290,13 @@ def run_pool_once(
                 while len(futures) < jobs + QUEUED_PER_WORKER * jobs:
                     if seed_queue:
                         st, base_c, cfg_c, group = seed_queue.popleft()
-                        futures[pool.submit(seeds_task, base_c, cfg_c, group)] = ("seeds", st, group)
+                        submitted(pool.submit(seeds_task, base_c, cfg_c, group), ("seeds", st, group))
                         continue
                     key = next_trial()
                     if key is None:
                         break
                     worker = len(opened[key].get_trials(deepcopy=False)) + in_flight[key]
-                    futures[pool.submit(trial_task, containers[key], worker)] = ("trial", key, None)
+                    submitted(pool.submit(trial_task, containers[key], worker), ("trial", key, None))
                     in_flight[key] += 1
                 if not futures:
                     if len(swept) == len(studies):
@@ -310,17 +311,21 @@ def run_pool_once(
                 waiting = False
                 done, _ = wait(list(futures), timeout=poll_s, return_when=FIRST_COMPLETED)
                 for fut in done:
+                    started.pop(fut, None)
+                start_queued()
+                progress.running = running()
+                for fut in done:
                     kind, what, group = futures.pop(fut)
                     if fut.exception() is None:
                         finished["tasks"] += 1
                     if kind == "trial":
                         in_flight[what] -= 1
                         dirty.add(what)
-                        line, counts = fut.result()
-                        progress.advance(counts * costs[what], line)
+                        line, counts, seconds, cpu = fut.result()
+                        progress.advance(counts, line, "trial", seconds, stage=owners[what], cpu=cpu)
                     else:
-                        line = fut.result()
-                        progress.advance(chunk_units(len(group)) * what.cost, line)
+                        line, seconds, cpu = fut.result()
+                        progress.advance(len(group), line, "seeds", seconds, stage=what, cpu=cpu)
                         chunks_left[id(what)] -= 1
                         if chunks_left[id(what)] == 0:
                             summarize(what.cfg)

@@ -44,6 +44,8 @@ from pathlib import Path
 import pandas as pd
 
 from kcal.core import layout
+from kcal.core.errors import exits_on_user_error
+from kcal.data import get_spec
 from kcal.paper import PAPER_OBJECTIVES
 from kcal.publish.report import GENERATED, fill
 
@@ -326,6 +328,7 @@ def check(dest: Path = DEST, folder: Path | None = None) -> list[str]:
     return sorted(k for k in set(fresh) | set(committed) if committed.get(k) != fresh.get(k))
 
 
+@exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kcal pareto-report", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -339,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--dest", type=Path, default=DEST)
     args = p.parse_args(argv)
     if args.command == "publish":
+        for name in args.datasets:
+            get_spec(name)  # a misspelt name: one line listing the valid ones, exit 2
         for path in publish(args.root, args.datasets, args.dest):
             print(path)
         return 0

@@ -37,12 +37,13 @@ import re
 import sys
 import tempfile
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 
 import pandas as pd
 
 from kcal.core import layout
+from kcal.core.errors import check_choices, exits_on_user_error
+from kcal.data import get_spec
 from kcal.publish.budget import PLATEAU_SHARE, expected_best, reached_plateau
 from kcal.publish.claims import claims_data, claims_summary, evaluate_all, profile_note
 from kcal.publish.figures.budget_curves import draw_budget_curves
@@ -261,7 +262,7 @@ def template(generated: dict[str, str]) -> str:
 # ---- publish and check ----------------------------------------------------------------------------
 def data_dir(profile: str) -> Path:
     """Where kcal keeps the published numbers of a ``profile`` reproduction (package data)."""
-    return Path(str(resources.files("kcal.resources"))) / "results" / profile
+    return layout.published_data(profile)
 
 
 def report_info(dest: Path) -> tuple[str, Path]:
@@ -499,6 +500,7 @@ def check(dest: Path) -> list[str]:
                 if not (dest / p.name).is_file() or (dest / p.name).read_bytes() != p.read_bytes()]  # fmt: skip
 
 
+@exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kcal report", description=__doc__.split("\n")[0])
     p.add_argument(
@@ -540,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", metavar="NAME", help="with --add: keep the rows it replaces as the experiment NAME "
                    "(<data>/experiments/NAME/results.csv, studies.csv)")  # fmt: skip
     args = p.parse_args(argv)
+    for name in args.datasets or []:
+        get_spec(name)  # a misspelt name: one line listing the valid ones, exit 2
     if args.check:
         stale = check(args.dest)
         if stale:
@@ -554,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [tuple(w.split("/", 1)) for w in args.withdraw]
         if any(len(pair) != 2 for pair in pairs):
             p.error("--withdraw takes DATASET/OBJECTIVE pairs, e.g. adult/xe_kde")
+        for dataset, objective in pairs:
+            get_spec(dataset)
+            check_choices("objective", [objective])
         for path in withdraw(args.dest, pairs, args.keep):
             print(path)
         return 0

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, exits_on_config_error
+from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknown_choice
 from kcal.core.storage_url import keeps_password_off_disk
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
 from kcal.sweep.search_space import apply
@@ -103,6 +103,7 @@ def draw(table: pd.DataFrame, key: str, metrics: list[str], stem: Path, title: s
     plt.close(fig)
 
 
+@exits_on_unknown_choice
 @keeps_password_off_disk
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="ablation")
 @exits_on_config_error

@@ -28,7 +28,9 @@ from omegaconf import OmegaConf
 
 import kcal
 from kcal.core import layout
+from kcal.core.errors import exits_on_user_error
 from kcal.core.plotting import load_predictions
+from kcal.data import get_spec
 from kcal.evaluation import official_from_predictions
 from kcal.run.artifacts import write_metrics
 
@@ -120,11 +122,14 @@ def reevaluate(root: Path, datasets: list[str] | None = None, echo=print) -> Pat
     return results
 
 
+@exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kcal reevaluate", description=__doc__.split("\n")[0])
     p.add_argument("root", type=Path, help="a reproduction root (its seeds keep predictions.npz)")
     p.add_argument("--datasets", nargs="+", help="only these datasets (default: every one in root)")
     args = p.parse_args(argv)
+    for name in args.datasets or []:
+        get_spec(name)  # a misspelt name: one line listing the valid ones, exit 2
     if not args.root.is_dir():
         p.error(f"{args.root} is not a directory")
     reevaluate(args.root, args.datasets)

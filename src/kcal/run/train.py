@@ -14,20 +14,23 @@ import hydra
 from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
-from kcal.core.errors import exits_on_config_error
+from kcal.core.errors import exits_on_config_error, exits_on_unknown_choice
 from kcal.run import run
 
 
+@exits_on_unknown_choice
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 @exits_on_config_error
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    metrics = run(cfg, HydraConfig.get().runtime.output_dir)
+    out = HydraConfig.get().runtime.output_dir
+    metrics = run(cfg, out)
     print(
         f"status={metrics['status']} "
         + " ".join(f"{k}={metrics[k]:.4g}" for k in sorted(metrics) if k.startswith("test/"))
     )
+    print(f"run: {out}")
     return metrics.get("val/nll")
 
 

@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 
 from kcal.core import layout
+from kcal.core.errors import ConfigError, exits_on_user_error, unknown_name
 from kcal.core.plotting import MissingInputError
-from kcal.data import DatasetUnavailableError
+from kcal.data import DatasetUnavailableError, get_spec
 from kcal.publish.figures.local_maps import draw_local_maps, train_command
 from kcal.publish.figures.reproduction import draw_reproduction
 from kcal.reruns.local_calibration import LOCAL_DATASETS, LOCAL_OBJECTIVES, train_local
@@ -100,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     loc.add_argument(
         "--train", action="store_true", help="train NLL and NLL + MMD (local) first (kcal.run.run)"
     )
-    loc.add_argument("--datasets", nargs="+", default=list(LOCAL_DATASETS), choices=list(LOCAL_DATASETS))
+    loc.add_argument(
+        "--datasets", nargs="+", default=list(LOCAL_DATASETS), help=f"of {', '.join(LOCAL_DATASETS)}"
+    )
     loc.add_argument("--root", type=Path, default=layout.LOCAL_ROOT, help=f"default {layout.LOCAL_ROOT}")
     loc.add_argument("--seed", type=int, default=0)
     loc.add_argument("--override", "-o", action="append", metavar="KEY=VALUE",
@@ -118,8 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_datasets(args) -> None:
+    """A misspelt ``--datasets`` name (of the local maps': one they draw) is one line listing the valid ones."""
+    for name in getattr(args, "datasets", None) or []:
+        get_spec(name)
+        if args.func is _cmd_local and name not in LOCAL_DATASETS:
+            raise ConfigError(unknown_name("dataset", name, LOCAL_DATASETS))
+
+
+@exits_on_user_error
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    check_datasets(args)
     try:
         return args.func(args)
     except (MissingInputError, DatasetUnavailableError) as exc:
