@@ -24,7 +24,7 @@ def _isolated_cache(tmp_path_factory):
     old = os.environ.get("KCAL_CACHE_DIR")
     os.environ["KCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("kcal-cache"))
     # one torch thread per pytest-xdist worker (make test: two workers): with more threads than cores,
-    # OpenMP threads spin at each other's barriers (the README's calibration recipe took 450 s, not 8)
+    # OpenMP threads spin at each other's barriers (docs/library.md's calibration recipe took 450 s, not 8)
     torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
     yield
     if old is None:

@@ -1,5 +1,5 @@
-"""The README's library examples (LightningModule, classification loss, the calibration recipe on crime)
-run as printed."""
+"""The library guide's examples (docs/library.md: LightningModule, classification loss, the calibration recipe
+on crime) run as printed."""
 
 import re
 from pathlib import Path
@@ -8,12 +8,12 @@ import torch
 
 from .data.conftest import needs
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+LIBRARY = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 SECTION = "## Use the regulariser in your own training loop"
 
 
 def _blocks() -> list[str]:
-    text = README.read_text()
+    text = LIBRARY.read_text()
     section = text.split(SECTION, 1)[1].split("\n## Conventions", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
@@ -24,20 +24,20 @@ def _run(code: str, name: str) -> dict:
     return namespace
 
 
-def test_the_section_has_the_four_examples():
+def test_the_section_has_the_three_examples():
     blocks = _blocks()
-    assert len(blocks) == 4
-    assert "pl.LightningModule" in blocks[1] and "MMDCalibrationLoss" in blocks[1]
-    assert "KernelCalibrationError" in blocks[1] and 'task="classification"' in blocks[2]
-    assert 'load("crime")' in blocks[3] and "IsotonicQuantileRecalibrator" in blocks[3]
+    assert len(blocks) == 3
+    assert "pl.LightningModule" in blocks[0] and "MMDCalibrationLoss" in blocks[0]
+    assert "KernelCalibrationError" in blocks[0] and 'task="classification"' in blocks[1]
+    assert 'load("crime")' in blocks[2] and "IsotonicQuantileRecalibrator" in blocks[2]
 
 
 @needs("crime")
-def test_calibration_recipe_runs_on_crime_and_prints_what_the_readme_shows(capsys):
-    ns = _run(_blocks()[3], "README calibration recipe")
+def test_calibration_recipe_runs_on_crime_and_prints_what_the_guide_shows(capsys):
+    ns = _run(_blocks()[2], "library guide calibration recipe")
     printed = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in printed] == ["lambda     0", "lambda   100"]
-    shown = README.read_text().split("It printed", 1)[1].split("```")[1].strip().splitlines()
+    shown = LIBRARY.read_text().split("It printed", 1)[1].split("```")[1].strip().splitlines()
     for line, expected in zip(printed, shown, strict=True):  # the same numbers, to the digits shown
         assert line == expected, (line, expected)
     assert isinstance(ns["fit"](100.0, seed=0, epochs=1), torch.nn.Module)
@@ -45,7 +45,7 @@ def test_calibration_recipe_runs_on_crime_and_prints_what_the_readme_shows(capsy
 
 def test_lightning_example_trains_and_logs_the_metric_classes(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # nothing is written, but keep the checkout clean if Lightning changes
-    ns = _run(_blocks()[1], "README LightningModule example")
+    ns = _run(_blocks()[0], "library guide LightningModule example")
     metrics = ns["trainer"].callback_metrics
     assert {"val/qce", "val/nll", "val/crps", "val/kce", "train/loss"} <= set(metrics)
     assert all(torch.isfinite(v) for v in metrics.values())
@@ -55,6 +55,6 @@ def test_lightning_example_trains_and_logs_the_metric_classes(tmp_path, monkeypa
 
 
 def test_classification_example_runs(capsys):
-    ns = _run(_blocks()[2], "README classification example")
+    ns = _run(_blocks()[1], "library guide classification example")
     assert ns["logits"].grad is not None and torch.isfinite(ns["loss"])
     assert capsys.readouterr().out.startswith("ECE ")
