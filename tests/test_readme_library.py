@@ -1,5 +1,5 @@
-"""The README's library examples (LightningModule, classification loss, the calibration recipe on crime)
-run as printed."""
+"""The library guide's examples (docs/library.md: LightningModule, classification loss, the calibration recipe
+on crime) run as printed."""
 
 import math
 import re
@@ -10,12 +10,12 @@ import torch
 
 from .data.conftest import needs
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+LIBRARY = Path(__file__).resolve().parents[1] / "docs" / "library.md"
 SECTION = "## Use the regulariser in your own training loop"
 
 
 def _blocks() -> list[str]:
-    text = README.read_text()
+    text = LIBRARY.read_text()
     section = text.split(SECTION, 1)[1].split("\n## Conventions", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
@@ -26,12 +26,12 @@ def _run(code: str, name: str, namespace: dict | None = None) -> dict:
     return namespace
 
 
-def test_the_section_has_the_four_examples():
+def test_the_section_has_the_three_examples():
     blocks = _blocks()
-    assert len(blocks) == 4
-    assert "pl.LightningModule" in blocks[1] and "MMDCalibrationLoss" in blocks[1]
-    assert "KernelCalibrationError" in blocks[1] and 'task="classification"' in blocks[2]
-    assert 'load("crime")' in blocks[3] and "IsotonicQuantileRecalibrator" in blocks[3]
+    assert len(blocks) == 3
+    assert "pl.LightningModule" in blocks[0] and "MMDCalibrationLoss" in blocks[0]
+    assert "KernelCalibrationError" in blocks[0] and 'task="classification"' in blocks[1]
+    assert 'load("crime")' in blocks[2] and "IsotonicQuantileRecalibrator" in blocks[2]
 
 
 #: a printed number with its decimals (the recipe's lambdas are printed without any)
@@ -44,8 +44,8 @@ def _form(line: str) -> str:
 
 
 @needs("crime")
-def test_calibration_recipe_runs_on_crime_and_prints_what_the_readme_shows(capsys):
-    """The recipe runs as shown and prints the README's lines: the same words and decimals, and numbers within
+def test_calibration_recipe_runs_on_crime_and_prints_what_the_guide_shows(capsys):
+    """The recipe runs as shown and prints the library guide's lines: the same words and decimals, and numbers within
     their noise of the README's.
 
     The noise: another CPU's float kernels (another vector width, MKL code path or thread count) round the
@@ -64,10 +64,10 @@ def test_calibration_recipe_runs_on_crime_and_prints_what_the_readme_shows(capsy
         print(*args, **kwargs)
 
     ns["print"] = keep_runs
-    _run(_blocks()[3], "README calibration recipe", ns)
+    _run(_blocks()[2], "library guide calibration recipe", ns)
     printed = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in printed] == ["lambda     0", "lambda   100"]
-    shown = README.read_text().split("It printed", 1)[1].split("```")[1].strip().splitlines()
+    shown = LIBRARY.read_text().split("It printed", 1)[1].split("```")[1].strip().splitlines()
     for line, expected, runs in zip(printed, shown, runs_of_line, strict=True):
         assert _form(line) == _form(expected), (line, expected)
         numbers = zip(runs[0], NUMBER.finditer(line), NUMBER.finditer(expected), strict=True)
@@ -80,7 +80,7 @@ def test_calibration_recipe_runs_on_crime_and_prints_what_the_readme_shows(capsy
 
 def test_lightning_example_trains_and_logs_the_metric_classes(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # nothing is written, but keep the checkout clean if Lightning changes
-    ns = _run(_blocks()[1], "README LightningModule example")
+    ns = _run(_blocks()[0], "library guide LightningModule example")
     metrics = ns["trainer"].callback_metrics
     assert {"val/qce", "val/nll", "val/crps", "val/kce", "train/loss"} <= set(metrics)
     assert all(torch.isfinite(v) for v in metrics.values())
@@ -90,6 +90,6 @@ def test_lightning_example_trains_and_logs_the_metric_classes(tmp_path, monkeypa
 
 
 def test_classification_example_runs(capsys):
-    ns = _run(_blocks()[2], "README classification example")
+    ns = _run(_blocks()[1], "library guide classification example")
     assert ns["logits"].grad is not None and torch.isfinite(ns["loss"])
     assert capsys.readouterr().out.startswith("ECE ")

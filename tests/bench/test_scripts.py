@@ -1,4 +1,4 @@
-"""The measurement programs the README and docs/results/bench/README.md quote (``python -m kcal.bench.<name>``,
+"""The measurement programs docs/speed.md and docs/results/bench/README.md quote (``python -m kcal.bench.<name>``,
 ``python -m kcal.publish.trial_range``) run, and print what they say."""
 
 from __future__ import annotations

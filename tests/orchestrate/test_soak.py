@@ -2,7 +2,7 @@
 twice (export, kill, import, resume) ends with exactly its trials and seeds, each seed equal to a fresh run.
 
 The long soak is the same command with the defaults (8 workers, 100 trials, 50 seeds, a kill every 20-60 s):
-``python -m kcal.orchestrate.soak --dir <new folder>`` (README, "Moving a run to another machine").
+``python -m kcal.orchestrate.soak --dir <new folder>`` (docs/reproduction.md, "A worker that dies, and the fault soak").
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """Root A after 2 trials and 2 seeds, and its state exported as the README shows."""
+    """Root A after 2 trials and 2 seeds, and its state exported as docs/reproduction.md shows."""
     root_a = tmp_path_factory.mktemp("machine-a") / "root"
     reproduce_in(root_a, n_trials=2, n_seeds=2)
     state = tmp_path_factory.mktemp("checkout") / "state"

@@ -93,7 +93,7 @@ def test_publish_copies_a_roots_comparison_and_seeds_and_rewrites_only_the_block
 
 
 def test_the_readme_check_command_passes_from_the_repository_root():
-    """`kcal pareto-report check`, as the README writes it."""
+    """`kcal pareto-report check`, as docs/pareto.md writes it."""
     import subprocess
     import sys
 

@@ -235,7 +235,7 @@ def shows_the_pareto_study(base: str) -> None:
 
 def test_optuna_dashboard_serves_the_pareto_study_from_sqlite(crime_root):
     pytest.importorskip("optuna_dashboard", reason="optuna-dashboard not installed (pip install -e '.[dev]')")
-    with dashboard(f"sqlite:///{crime_root / 'sweeps.db'}") as base:  # as the README prints it
+    with dashboard(f"sqlite:///{crime_root / 'sweeps.db'}") as base:  # as docs/pareto.md prints it
         shows_the_pareto_study(base)
         names = {s["study_name"] for s in get_json(f"{base}/api/studies")["study_summaries"]}
         assert names == {"crime__nll_mmd__paper", "crime__nll_mmd__paper__pareto"}
@@ -244,7 +244,7 @@ def test_optuna_dashboard_serves_the_pareto_study_from_sqlite(crime_root):
 def test_optuna_dashboard_serves_the_pareto_study_from_postgresql(crime_root):
     pytest.importorskip("optuna_dashboard", reason="optuna-dashboard not installed (pip install -e '.[dev]')")
     with postgres_server() as url:
-        server = url.replace("postgresql://", "postgresql+psycopg2://")  # the README's form for the dashboard
+        server = url.replace("postgresql://", "postgresql+psycopg2://")  # as docs/pareto.md gives it
         optuna.copy_study(from_study_name="crime__nll_mmd__paper__pareto",
                           from_storage=f"sqlite:///{crime_root / 'sweeps.db'}", to_storage=server)  # fmt: skip
         with dashboard(server) as base:

@@ -69,7 +69,7 @@ def postgres_bindir() -> Path | None:
 @contextmanager
 def postgres_server(password: str | None = None):
     """A PostgreSQL server of its own on a free loopback port, stopped at the end; it asks for
-    ``password`` when one is given. Yields the URL in the README's form ``postgresql://user@host/db``."""
+    ``password`` when one is given. Yields the URL in docs/reproduction.md's form ``postgresql://user@host/db``."""
     bindir = postgres_bindir()
     if bindir is None:
         pytest.skip("no PostgreSQL binaries (initdb, pg_ctl); `apt-get install postgresql` (.ci/run does)")

@@ -97,7 +97,7 @@ def sharpness(forecast) -> Tensor:
     """Mean predictive standard deviation ``1/n sum_i sigma_i``, in target units (lower = sharper).
 
     ``forecast`` is ``(mean, std)`` or a ``Normal``; a bare tensor is taken as the std. Other libraries
-    use other definitions under the same name (README, "Conventions").
+    use other definitions under the same name (docs/library.md, "Conventions").
     """
     if isinstance(forecast, (tuple, list, torch.distributions.Normal)):
         forecast = gaussian_params(forecast)[1]

@@ -50,7 +50,7 @@ from kcal.sweep.studies import (
 QUEUED_PER_WORKER = 1
 
 # one thread per worker process, BLAS/OpenMP included: oversubscribed cores run these small models
-# many times slower (README, "Speed")
+# many times slower (docs/speed.md, "One thread per process")
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
