@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 
+from kcal.core import layout
 from kcal.core.errors import ConfigError, unknown_name
 
 PAPER_REGRESSION = ("crime", "blog", "medical-expenditure", "superconductivity", "fb-comment")
@@ -77,7 +77,7 @@ def _file(entry: dict) -> RawFile:
 
 @cache
 def _registry() -> dict[str, DatasetSpec]:
-    raw = json.loads(resources.files("kcal.resources").joinpath("datasets.json").read_text())
+    raw = json.loads(layout.resources_dir().joinpath("datasets.json").read_text())
     specs = {}
     for name, e in raw["datasets"].items():
         e = dict(e)

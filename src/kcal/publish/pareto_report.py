@@ -38,7 +38,6 @@ import json
 import math
 import shutil
 import sys
-from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -70,7 +69,7 @@ NAMES = {"xe": "XE", "xe_mmce": "XE + MMCE", "xe_kde": "XE + ECE-KDE", "xe_mmd":
 
 def data_dir() -> Path:
     """Where the published numbers of the front comparison live (package data), one folder per dataset."""
-    return Path(str(resources.files("kcal.resources"))) / "results" / "full" / "experiments" / "pareto"
+    return layout.resources_dir() / "results" / "full" / "experiments" / "pareto"
 
 
 def name(objective: str) -> str:

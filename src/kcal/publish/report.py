@@ -275,7 +275,7 @@ def render(dest: Path, out: Path) -> None:
     """Everything derived from ``dest``'s report.json and the CSVs it points to, written into ``out``."""
     profile, data = report_info(dest)
     results = load_results(layout.results_file(data))
-    studies = pd.read_csv(data / "studies.csv")
+    studies = pd.read_csv(data / layout.STUDIES_FILE)
     others = {n: load_results(p / layout.RESULTS_FILE) for n, p in layout.replicate_data_dirs(data).items()}
     write_tables(layout.results_file(data), out, echo_claims=False, profile=profile, csv=False, studies=studies,
                  replicates=others)  # fmt: skip
@@ -400,15 +400,15 @@ def publish(
     if add:
         results, old_results = added(layout.results_file(data), only(pd.read_csv(src)))
         results.to_csv(layout.results_file(data), index=False)
-        studies, old_studies = added(data / "studies.csv", studies)
+        studies, old_studies = added(data / layout.STUDIES_FILE, studies)
         studies = studies.sort_values(PAIR, ignore_index=True)
         if keep:
-            keep_replaced(data, keep, {layout.RESULTS_FILE: old_results, "studies.csv": old_studies})
+            keep_replaced(data, keep, {layout.RESULTS_FILE: old_results, layout.STUDIES_FILE: old_studies})
     else:
         if keep:
             raise ValueError("keep names where an add keeps the rows it replaces; it needs add=True")
         only(pd.read_csv(src)).to_csv(layout.results_file(data), index=False)
-    studies.to_csv(data / "studies.csv", index=False)
+    studies.to_csv(data / layout.STUDIES_FILE, index=False)
     write_trials(only(trial_rows(root, storage)), data)
     draw_budget_figures(data, dest)
     for (dataset, objective), best in layout.best_files(root).items():
@@ -442,7 +442,7 @@ def withdraw(dest: Path, pairs: list[tuple[str, str]], keep: str) -> list[Path]:
     is published); their tables show them as not run, and RESULTS.md lists them (block ``withdrawn``)."""
     _, data = report_info(dest)
     out = {}
-    for file in (layout.RESULTS_FILE, "studies.csv"):
+    for file in (layout.RESULTS_FILE, layout.STUDIES_FILE):
         frame = pd.read_csv(data / file)
         hit = in_pairs(frame, pairs)
         if not hit.any():
@@ -485,11 +485,11 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
     folder = layout.replicate_data_dir(data, name)
     folder.mkdir(parents=True, exist_ok=True)
     add_to(folder / layout.RESULTS_FILE, pd.read_csv(src))
-    add_to(folder / "studies.csv", study_rows(root, storage))
+    add_to(folder / layout.STUDIES_FILE, study_rows(root, storage))
     written = write_trials(trial_rows(root, storage), folder)
     draw_budget_figures(data, dest)
     render(dest, dest)
-    return [folder / layout.RESULTS_FILE, folder / "studies.csv", *written]
+    return [folder / layout.RESULTS_FILE, folder / layout.STUDIES_FILE, *written]
 
 
 def check(dest: Path) -> list[str]:

@@ -18,7 +18,6 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +211,7 @@ def paper_numbers() -> pd.DataFrame:
 def _paper_numbers() -> pd.DataFrame:
     """The paper's numbers as ``table, dataset, row, metric, mean, se`` (paper metric names; Table 6
     rows are the sample counts as strings, with se NaN)."""
-    pkg = resources.files("kcal.resources")
+    pkg = layout.resources_dir()
     with pkg.joinpath("paper_tables.csv").open() as f:
         main = pd.read_csv(f)
     with pkg.joinpath("paper_sample_size.csv").open() as f:
