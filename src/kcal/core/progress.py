@@ -26,6 +26,13 @@ def duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def cpu_note(cpu: float | None) -> str:
+    """`` (3.2 s CPU)``, `` (41 s CPU)``: a piece's CPU seconds beside its wall time, where known ("" if not)."""
+    if cpu is None:
+        return ""
+    return f" ({cpu:.1f} s CPU)" if cpu < 10 else f" ({cpu:.0f} s CPU)"
+
+
 @dataclass
 class Measured:
     """Finished pieces: their count, predicted and measured (CPU) seconds."""
@@ -221,6 +228,7 @@ class Progress:
         self.forecast = forecast
         self.running: list[tuple[Hashable, float, float]] = []
         self.finished = False
+        self._shown = 0.0
         self._start_done, self._t0 = self.done, time.perf_counter()
 
     def seconds_left(self, now: float | None = None) -> float | None:
@@ -242,7 +250,8 @@ class Progress:
         if self.forecast is not None:
             done = self.forecast.work_done() + self._start_done  # before this run: their predicted seconds
             whole = done + self.forecast.work_left()
-            pct = 100.0 * done / whole if whole else 100.0
+            # never backwards: a finished piece that took less than predicted shrinks its kind's pieces left
+            pct = self._shown = max(self._shown, 100.0 * done / whole if whole else 100.0)
         else:
             pct = 100.0 * self.done / self.total if self.total else 100.0
         if not self.finished:
