@@ -71,7 +71,7 @@ class Forecast:
 
     A piece left takes its prediction × r of CPU. Its wall time is that times the pace: wall over CPU seconds of
     the pieces that finished lately (weights e^(-age/:attr:`TAU`)), about the load of other jobs over the cores
-    on a shared machine (1 without finished pieces). The time left is the end of a greedy schedule of the pieces
+    on a shared machine (before any piece has finished, the ``pace`` the caller guessed, e.g. from the load). The time left is the end of a greedy schedule of the pieces
     left: each worker, when free, takes a released seed chunk, else the next trial of the first study with trials
     left, else waits for a chunk's release (its study's last trial). So a study's last trials and its long seed
     chunks, which leave other workers idle, count in full instead of divided by the workers.
@@ -82,8 +82,9 @@ class Forecast:
     OVERDUE = 0.1
     TAU = 180.0
 
-    def __init__(self, workers: int = 1) -> None:
+    def __init__(self, workers: int = 1, pace: float = 1.0) -> None:
         self.workers = max(1, int(workers))
+        self.first_pace = pace  # before any piece has finished
         self.studies: list[Study] = []
         self.kinds: dict[Hashable, Measured] = {}
         self.families: dict[Hashable, Measured] = {}
@@ -115,10 +116,10 @@ class Forecast:
             self.paces.append((at, seconds, cpu))
 
     def pace(self, now: float = 0.0) -> float:
-        """Wall seconds per CPU second of the pieces that finished lately (1 before any)."""
+        """Wall seconds per CPU second of the pieces that finished lately (before any: the ``pace`` given)."""
         weights = [(math.exp(-max(now - at, 0.0) / self.TAU), wall, cpu) for at, wall, cpu in self.paces]
         cpu = sum(w * c for w, _, c in weights)
-        return sum(w * wall for w, wall, _ in weights) / cpu if cpu > 0 else 1.0
+        return sum(w * wall for w, wall, _ in weights) / cpu if cpu > 0 else self.first_pace
 
     def ratio(self, kind: Hashable) -> float:
         """Measured over predicted seconds expected of the pieces of ``kind`` left."""
