@@ -17,12 +17,10 @@ from hydra import compose, initialize_config_dir
 from kcal.configs import CONFIG_DIR
 
 TIMELINE = Path(__file__).parent / "data" / "quick_regression_timeline.log"
-TRIAL = re.compile(
-    r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] trial (?P<k>\d+)/\d+ \(#\d+\) done in (?P<s>\d+) s"
-)
-SEEDS = re.compile(
-    r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] seeds? (?P<a>\d+)(-(?P<b>\d+))? of \d+ done in (?P<s>\d+) s"
-)
+HEAD = r"^(?P<t>[\d.]+) \[(?P<ds>[^/\]]+)/(?P<label>[^\]]+)\] "
+DONE = r" done in (?P<s>\d+) s \((?P<cpu>[\d.]+) s CPU\)"
+TRIAL = re.compile(HEAD + r"trial (?P<k>\d+)/\d+ \(#\d+\)" + DONE)
+SEEDS = re.compile(HEAD + r"seeds? (?P<a>\d+)(-(?P<b>\d+))? of \d+" + DONE)
 FACTOR = 1.5
 FIRST_MINUTE = 60.0
 

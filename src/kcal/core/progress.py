@@ -26,6 +26,13 @@ def duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def cpu_note(cpu: float | None) -> str:
+    """`` (3.2 s CPU)``, `` (41 s CPU)``: a piece's CPU seconds beside its wall time, where known ("" if not)."""
+    if cpu is None:
+        return ""
+    return f" ({cpu:.1f} s CPU)" if cpu < 10 else f" ({cpu:.0f} s CPU)"
+
+
 @dataclass
 class Measured:
     """Finished pieces: their count, predicted and measured (CPU) seconds."""
@@ -64,7 +71,7 @@ class Forecast:
 
     A piece left takes its prediction × r of CPU. Its wall time is that times the pace: wall over CPU seconds of
     the pieces that finished lately (weights e^(-age/:attr:`TAU`)), about the load of other jobs over the cores
-    on a shared machine (1 without finished pieces). The time left is the end of a greedy schedule of the pieces
+    on a shared machine (before any piece has finished, the ``pace`` the caller guessed, e.g. from the load). The time left is the end of a greedy schedule of the pieces
     left: each worker, when free, takes a released seed chunk, else the next trial of the first study with trials
     left, else waits for a chunk's release (its study's last trial). So a study's last trials and its long seed
     chunks, which leave other workers idle, count in full instead of divided by the workers.
@@ -75,8 +82,9 @@ class Forecast:
     OVERDUE = 0.1
     TAU = 180.0
 
-    def __init__(self, workers: int = 1) -> None:
+    def __init__(self, workers: int = 1, pace: float = 1.0) -> None:
         self.workers = max(1, int(workers))
+        self.first_pace = pace  # before any piece has finished
         self.studies: list[Study] = []
         self.kinds: dict[Hashable, Measured] = {}
         self.families: dict[Hashable, Measured] = {}
@@ -108,10 +116,10 @@ class Forecast:
             self.paces.append((at, seconds, cpu))
 
     def pace(self, now: float = 0.0) -> float:
-        """Wall seconds per CPU second of the pieces that finished lately (1 before any)."""
+        """Wall seconds per CPU second of the pieces that finished lately (before any: the ``pace`` given)."""
         weights = [(math.exp(-max(now - at, 0.0) / self.TAU), wall, cpu) for at, wall, cpu in self.paces]
         cpu = sum(w * c for w, _, c in weights)
-        return sum(w * wall for w, wall, _ in weights) / cpu if cpu > 0 else 1.0
+        return sum(w * wall for w, wall, _ in weights) / cpu if cpu > 0 else self.first_pace
 
     def ratio(self, kind: Hashable) -> float:
         """Measured over predicted seconds expected of the pieces of ``kind`` left."""
@@ -221,6 +229,7 @@ class Progress:
         self.forecast = forecast
         self.running: list[tuple[Hashable, float, float]] = []
         self.finished = False
+        self._shown = 0.0
         self._start_done, self._t0 = self.done, time.perf_counter()
 
     def seconds_left(self, now: float | None = None) -> float | None:
@@ -242,7 +251,8 @@ class Progress:
         if self.forecast is not None:
             done = self.forecast.work_done() + self._start_done  # before this run: their predicted seconds
             whole = done + self.forecast.work_left()
-            pct = 100.0 * done / whole if whole else 100.0
+            # never backwards: a finished piece that took less than predicted shrinks its kind's pieces left
+            pct = self._shown = max(self._shown, 100.0 * done / whole if whole else 100.0)
         else:
             pct = 100.0 * self.done / self.total if self.total else 100.0
         if not self.finished:

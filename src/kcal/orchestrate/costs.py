@@ -1,13 +1,15 @@
-"""What a reproduction's pieces of work cost, in seconds: one trial of a study, one chunk of k seeds.
+"""What a reproduction's pieces of work cost, in CPU seconds (the wall time of a piece with a core of its own):
+one trial of a study, one chunk of k seeds.
 
 The predictions are measured times:
 
 * a profile with a published reproduction (``full``: ``kcal/resources/results/full/studies.csv``): a study's
   trial hours over its trials; a chunk of :data:`SEEDS_PER_CHUNK_FULL` seeds, its mean trial times the median,
   over the published studies, of the time from a sweep's end to its last seed over that study's mean trial
-  (one number for all: a study resumed in a later session shows the pause in its own);
+  (one number for all: a study resumed in a later session shows the pause in its own). These are wall
+  times of two workers on the 2-core machine, mostly alone on it, so close to CPU seconds;
 * otherwise a recorded run of the profile (``kcal/resources/timings.csv``, one row per (profile, dataset,
-  label): its trials' and seed chunks' mean seconds and the chunks' mean seeds);
+  label): its trials' and seed chunks' mean CPU seconds and the chunks' mean seeds, and how they were measured);
 * a profile measured in neither is scaled from the measured profile of the nearest epoch cap: a trial's
   :data:`FIXED_S` seconds outside its epochs stay, the rest scales with the epoch cap (``trainer.max_epochs``)
   and the training rows (``dataset.max_train_rows``).
@@ -54,9 +56,10 @@ kcal.bench.speed --estimate-only --estimate-datasets blog`` measured on ``d073ca
 50 31.9 s, 100 47.9 s, 200 76.0 s (this rule: 15.5, 31, 50, 89; the regulariser's (M, n, n) kernel
 tensors grow with M)."""
 
-FIXED_S = 2.0
-"""Seconds of a trial outside its epochs (start, data, evaluation, writing): the shortest crime trials of the
-recorded quick run (``timings.csv``) took 2-3 s with one or two epochs' worth of work."""
+FIXED_S = 0.5
+"""CPU seconds of a trial outside its epochs (its start, data, evaluation, writing): the shortest crime trials
+of the recorded quick run (``timings.csv``) took under 1 s of CPU with their few epochs."""
+
 
 SEED_SIZE = 1.0
 """A chunk of k seeds costs a measured chunk of k̄ seeds times ``(SEED_SIZE + k) / (SEED_SIZE + k̄)``: the

@@ -98,7 +98,7 @@ def protocol_progress(runnable: list[Stage], jobs: int = 1) -> Progress:
     add up to the plan: the progress reaches its end with the protocol's last stage, not before."""
     total = done = 0.0
     parts = jobs if jobs > 1 else 1
-    forecast = Forecast(workers=jobs)
+    forecast = Forecast(workers=jobs, pace=first_pace(jobs))
     plan: dict[tuple[str, str], Study] = {}
     for st in runnable:
         if st.sweeps:
@@ -120,6 +120,14 @@ def protocol_progress(runnable: list[Stage], jobs: int = 1) -> Progress:
     for study in plan.values():
         forecast.add_study(study)
     return Progress(total, "protocol", done=done, forecast=forecast)
+
+
+def first_pace(jobs: int) -> float:
+    """Wall seconds per CPU second a worker can expect before any has finished a piece: the cores shared by
+    the jobs already running (the load average) and this reproduction's ``jobs`` workers, 1 on an idle machine."""
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1.0, (load + min(jobs, cores)) / cores)
 
 
 def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:

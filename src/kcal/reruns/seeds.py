@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
 from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknown_choice
-from kcal.core.progress import Progress
+from kcal.core.progress import Progress, cpu_note
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.paper import RESULT_COLUMNS
 from kcal.sweep.fingerprint import check_seeds
@@ -151,7 +151,7 @@ def summarize(cfg: DictConfig) -> pd.DataFrame:
 def chunk_line(cfg: DictConfig, seeds: list[int], seconds: float, cpu: float | None = None) -> str:
     """``[crime/nll] seeds 0-49 of 50 done in 310 s (305 s CPU)``."""
     span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
-    spent = f" ({cpu:.0f} s CPU)" if cpu is not None else ""
+    spent = cpu_note(cpu)
     return f"[{cfg.dataset.name}/{cfg.seeds_run.label}] {span} of {cfg.seeds_run.n_seeds} done in {seconds:.0f} s{spent}"
 
 

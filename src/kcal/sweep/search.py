@@ -61,7 +61,7 @@ from optuna.trial import TrialState
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
 from kcal.core.errors import ConfigError, IncompleteError, exits_on_config_error, exits_on_unknown_choice
-from kcal.core.progress import Progress
+from kcal.core.progress import Progress, cpu_note
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
 from kcal.data.splits import split_sizes
@@ -257,7 +257,7 @@ def trial_line(
     ``cpu``: the CPU seconds its process spent on it, where known (less than the wall time on a busy machine)."""
     finished, _ = counted(study)
     seconds = trial_seconds(trial)
-    spent = f" ({cpu:.0f} s CPU)" if cpu is not None else ""
+    spent = cpu_note(cpu)
     if trial.state == TrialState.COMPLETE and is_pareto(study):
         result = describe(study, trial)
     elif trial.state == TrialState.COMPLETE:
