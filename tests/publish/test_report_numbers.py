@@ -236,6 +236,7 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
             for m in NUMBER.finditer(sentence):
                 value, tol = parse(m.group("num"))
                 kind = kind_of(sentence, m, tol)
+                tol = 0.5 if kind not in ("count", "trial") and not tol else tol  # a whole number, rounded
                 out.append(Number(m.group(0).strip(), value, tol, kind, ds, metrics, rows, context, where))
             for m in WORD.finditer(sentence):
                 value = float(WORDS[m.group(1).lower()])

@@ -15,7 +15,7 @@
 :mod:`kcal.publish.protocol_spread` goes through two adapters, :func:`claim_summaries` (into
 :class:`ClaimSummary`) and :func:`cell_classes` (into one class per cell); the tables are written from their
 output only. Read today: ``claims.CLAIMS`` (``Claim.id``, ``.description``, ``.table``),
-``claims.evaluate_claim`` (``ClaimResult.per_dataset``, ``.k``, ``.m``, ``.supported``),
+``claims.evaluate_claim`` (``ClaimResult.per_dataset``, ``.supported``), ``table_cells.cell_frame`` (its input),
 ``protocol_spread.claim_counts`` (columns ``claim``, ``flavour``, ``dataset``, ``holds``, ``replicates``),
 ``protocol_spread.spread_frame`` (``CELL_KEYS`` and ``protocol_verdict``) with ``WITHIN`` and ``BEYOND``.
 """
@@ -56,9 +56,8 @@ class ClaimSummary:
     table: int  # the paper's table number
     paper: Outcome  # the rule on the paper's own numbers
     ours: dict[str, Outcome] = field(default_factory=dict)  # flavour -> outcome
-    runs: dict[str, dict[str, tuple[int, int]]] = field(
-        default_factory=dict
-    )  # flavour -> dataset -> (holds, runs)
+    #: flavour -> dataset -> (runs of the protocol in which the claim holds there, runs)
+    runs: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
 
 
 def _outcome(result) -> Outcome:
@@ -188,24 +187,27 @@ def why_sentences(kernels: pd.DataFrame, published: str = "published") -> str:
     return text
 
 
+LINE_LABELS = dict(zip(CELL_CLASSES, ("within 2 seed SE", "differ within the protocol's spread",
+                                      "differ beyond the protocol's spread", "differ (no replicate run)"),
+                       strict=True))  # fmt: skip
+"""How :func:`dataset_line` names each class of :data:`CELL_CLASSES`."""
+
+
 def dataset_line(summaries: Sequence[ClaimSummary], classes: pd.DataFrame, dataset: str) -> str:
     """One dataset's result in a line: its cells by class per flavour, and the claims that hold on it."""
     parts = []
     for flavour in FLAVOURS:
-        part = classes[(classes["dataset"] == dataset) & (classes["flavour"] == flavour)]
-        counts = part["class"].value_counts()
-        parts.append(f"{flavour}: {len(part)} cells, " + ", ".join(
-            f"{int(counts[c])} {c}" for c in [*CELL_CLASSES, *sorted(set(counts.index) - set(CELL_CLASSES))]
-            if c in counts.index))  # fmt: skip
-    held = []
-    for s in summaries:
-        flavours = [fl for fl in FLAVOURS if dataset in s.ours[fl].holds]
-        if flavours:
-            held.append(f"{s.id} ({', '.join(flavours)})")
+        counts = classes[(classes["dataset"] == dataset) & (classes["flavour"] == flavour)][
+            "class"
+        ].value_counts()
+        names = [c for c in CELL_CLASSES if c in counts.index] + sorted(set(counts.index) - set(CELL_CLASSES))
+        parts.append(f"{flavour}, {int(counts.sum())} cells: "
+                     + ", ".join(f"{int(counts[c])} {LINE_LABELS.get(c, c)}" for c in names))  # fmt: skip
+    held = [f"{s.id} ({', '.join(fl for fl in FLAVOURS if dataset in s.ours[fl].holds)})" for s in summaries
+            if any(dataset in s.ours[fl].holds for fl in FLAVOURS)]  # fmt: skip
     judged = [s.id for s in summaries if any(dataset in s.ours[fl].judged for fl in FLAVOURS)]
-    return (
-        "; ".join(parts) + f". Claims that hold here: {', '.join(held) or 'none'} (of {', '.join(judged)})."
-    )
+    return (f"**Result.** {'; '.join(parts)}. Claims that hold here: {', '.join(held) or 'none'} "
+            f"(of {', '.join(judged)}).")  # fmt: skip
 
 
 def spread_moves(spread: pd.DataFrame) -> str:

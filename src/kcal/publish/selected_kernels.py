@@ -11,8 +11,8 @@ and the dataset's number of features ``d`` (:mod:`kcal.data.registry`), per sele
   whose d features are standardised to unit variance: ``-2 d / (h_x ln 10)``. Far below 0 (say below
   :data:`OFF_LOG10`), the kernel is the identity off near-duplicate rows, and the U-statistic's term is
   ~0 with its gradient: the regulariser is switched off by the kernel, whatever λ is.
-* ``ky``: the y-kernel at squared distance 2: between two different one-hot classes (classification), or two
-  targets one standard deviation from their mean on either side (standardised regression targets). Near 1,
+* ``ky``: the y-kernel at squared distance 2: between two different one-hot classes (classification), or
+  between two standardised regression targets at their mean squared distance (2, as for one feature). Near 1,
   the y-kernel is nearly constant: for classes, every row of ``D = Y - Q`` sums to 0, so ``D K = (1 - ky) D``
   and the term shrinks by ``1 - ky``.
 * ``reg_share``: where ``studies.csv`` records it (``reg_share_median``, the selected trial's weighted
