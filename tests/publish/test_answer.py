@@ -41,6 +41,11 @@ def test_kernel_values_follow_the_bandwidths_and_the_dataset_s_features():
     flat = kernel_row("published", study("dry-bean", "xe_mmd", **{"objective.params.bandwidth_z": 50.0,
                                          "objective.params.bandwidth_y": 200.0}))  # fmt: skip
     tanh = kernel_row("published", study("crime", "nll_mmd_tanh", **{"objective.params.bandwidth_z": 1000.0}))
+    median = kernel_row(
+        "published", study("crime", "nll_mmd", **{"objective.weight": 5.0})
+    )  # h_x not searched
+    assert math.isnan(median["log10_kx"]) and not switched_off(median)
+    assert "| — | 102 | — |" in kernels_markdown(pd.DataFrame([median]))
     assert switched_off(narrow) and narrow["log10_kx"] < -100  # 10^-200: the identity off the diagonal
     assert switched_off(flat) and flat["ky"] > 0.99 and flat["log10_kx"] > -1  # x on, class kernel ~constant
     assert math.isnan(tanh["ky"]) and not switched_off(tanh)

@@ -78,10 +78,17 @@ def switched_off(row: Mapping) -> bool:
 
 
 def power_of_ten(log10: float) -> str:
-    """``1e-6371`` for log10 = -6370.9 (rounded to the nearest power), ``0.16`` above 1e-3."""
+    """``1e-6371`` for log10 = -6370.9 (rounded to the nearest power), ``0.16`` above 1e-3, ``—`` for NaN (a
+    bandwidth the study did not search, e.g. fixed by the median heuristic)."""
+    if math.isnan(log10):
+        return "—"
     if log10 > -3:
         return f"{10**log10:.2g}"
     return f"1e{round(log10)}"
+
+
+def _g(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.3g}"
 
 
 def kernels_markdown(kernels: pd.DataFrame) -> str:
@@ -93,11 +100,9 @@ def kernels_markdown(kernels: pd.DataFrame) -> str:
     lines = [head + (" reg. share |" if share else ""), "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
              + ("---:|" if share else "")]  # fmt: skip
     for r in kernels.to_dict("records"):
-        h_y = "—" if math.isnan(r["bandwidth_y"]) else f"{r['bandwidth_y']:.3g}"
-        k_y = "—" if math.isnan(r["ky"]) else f"{r['ky']:.3g}"
-        line = (f"| {r['run']} | {r['dataset']} | {r['objective']} | {int(r['trial'])} | {r['weight']:.3g} "
-                f"| {r['bandwidth_x']:.3g} | {r['d']} | {power_of_ten(r['log10_kx'])} | {h_y} | {k_y} "
-                f"| {'yes' if switched_off(r) else 'no'} |")  # fmt: skip
+        h_x, h_y, k_y = (_g(r[k]) for k in ("bandwidth_x", "bandwidth_y", "ky"))
+        line = (f"| {r['run']} | {r['dataset']} | {r['objective']} | {int(r['trial'])} | {_g(r['weight'])} | {h_x} "
+                f"| {r['d']} | {power_of_ten(r['log10_kx'])} | {h_y} | {k_y} | {'yes' if switched_off(r) else 'no'} |")  # fmt: skip
         if share:
             line += " — |" if math.isnan(r["reg_share"]) else f" {r['reg_share']:.2g} |"
         lines.append(line)
