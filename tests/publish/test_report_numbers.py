@@ -17,7 +17,7 @@ reproduces*), outside their generated blocks (``<!-- kcal.report:NAME -->`` .. `
 
 A number is of one of these kinds: a *trial number* (after ``trial``/``trials``), an *SE multiple* (before
 ``SE``, ``SEs``, ``seed SE``, ``combined SE``, ``x the seed SE``), a *difference* (after ``by`` or ``+``, or before
-``points``), a *percentage* (before ``%`` or ``points``: an accuracy in %), a *count* (no decimal point), else a
+``points``), a *percentage* (before ``%`` or ``points``: a published accuracy in %, not one trial's), a *count* (no decimal point), else a
 *value*. The first number of a range or pair (``1.2–1.8 combined SE``, ``1.2 and 1.7 SE``) is read with what
 follows the range.
 
@@ -519,8 +519,10 @@ def occurs(number: Number, data: Published) -> bool:
         return number.value in ALLOWED or any(
             int(number.value) in p.get(d, set()) for p in pools for d in scopes
         )
-    metrics = frozenset({"acc"}) if number.kind == "percent" else None
-    return any(near(values, number.value, number.tolerance) for pool in data.pools(number)
+    metrics, pools = None, data.pools(number)
+    if number.kind == "percent":  # an accuracy of a published cell (a run, an experiment), not of one trial
+        metrics, pools = frozenset({"acc"}), [p for p in pools if p is not data.extra["trials"]]
+    return any(near(values, number.value, number.tolerance) for pool in pools
                for values in pool.scoped(number, metrics))  # fmt: skip
 
 
