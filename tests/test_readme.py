@@ -406,3 +406,16 @@ def test_every_published_figure_is_linked_from_its_report_and_every_link_resolve
         assert not missing, f"{report}: linked figures missing: {missing}"
         drawn = {p.name for p in figures.glob("*.png")} if figures.is_dir() else set()
         assert not drawn - linked, f"{report}: figures not linked: {sorted(drawn - linked)}"
+
+
+def test_the_readme_results_summary_is_short_generated_and_links_to_the_report():
+    """The README's *What reproduces* is at most 12 lines, all of them one generated block (``kcal report
+    docs/results/full`` fills it; ``--check`` and tests/publish/test_report_numbers.py check it) that links to the
+    report."""
+    from kcal.publish.report import GENERATED
+
+    section = README.read_text().split("## What reproduces\n", 1)[1].split("\n## ", 1)[0].strip("\n")
+    assert len(section.splitlines()) <= 12, section
+    blocks = list(GENERATED.finditer(section))
+    assert [b.group("name") for b in blocks] == ["readme"] and not GENERATED.sub("", section).strip()
+    assert "](docs/results/full/RESULTS.md)" in blocks[0].group("body")

@@ -235,6 +235,53 @@ def test_committed_reports_match_their_results_csv():
         assert check(dest) == [], f"{dest}: regenerate with kcal report"
 
 
+def test_the_committed_report_gives_the_answer_first():
+    """RESULTS.md: both answer tables within its first 80 lines, every claim ID in a row of them, fewer than 700
+    lines; the change log is HISTORY.md."""
+    from kcal.publish.claims import CLAIMS
+
+    for dest in sorted(p.parent for p in DOCS.glob("*/report.json")):
+        lines = (dest / "RESULTS.md").read_text(encoding="utf-8").splitlines()
+        assert len(lines) < 700, f"{dest}/RESULTS.md has {len(lines)} lines"
+        head = lines[:80]
+        assert "<!-- kcal.report:answer:claims -->" in head and "<!-- kcal.report:answer:cells -->" in head
+        ids = {line.split("|")[1].strip() for line in head if line.startswith("| ")}
+        assert {c.id for c in CLAIMS} <= ids, sorted({c.id for c in CLAIMS} - ids)
+        assert (dest / "HISTORY.md").is_file()
+
+
+@needs_crime
+def test_documents_beside_and_outside_the_report_have_their_blocks_filled_and_checked(smoke_root, tmp_path):
+    """A Markdown file of dest with a block (DETAILS.md) and a document report.json names (the README's summary) are
+    filled by every publish and regeneration and checked by --check; a publish keeps report.json's documents."""
+    dest, data = tmp_path / "docs" / "report", tmp_path / "numbers"
+    publish(smoke_root, dest, data=data)
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# kcal\n\n## What reproduces\n\n<!-- kcal.report:readme -->\n<!-- /kcal.report -->\n\n## Next\n"
+    )
+    (dest / "DETAILS.md").write_text("# Details\n\n<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n")
+    info = json.loads((dest / "report.json").read_text())
+    (dest / "report.json").write_text(  # as the report writes it, so that only the documents differ
+        json.dumps({**info, "documents": ["../../README.md"]}, indent=1, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    assert [f for f in check(dest) if f != "report.json"] == ["DETAILS.md", "../../README.md"]
+    assert main([str(dest)]) == 0 and check(dest) == []
+    text = readme.read_text()
+    assert "[RESULTS.md](docs/report/RESULTS.md)" in text and text.endswith(
+        "<!-- /kcal.report -->\n\n## Next\n"
+    )
+    assert "| crime | nll |" in (dest / "DETAILS.md").read_text()
+    publish(smoke_root, dest, data=data)
+    assert (
+        json.loads((dest / "report.json").read_text())["documents"] == ["../../README.md"]
+        and check(dest) == []
+    )
+    readme.write_text(text.replace("kcal ran", "someone ran"))
+    assert check(dest) == ["../../README.md"] and main(["--check", str(dest)]) == 1
+
+
 @needs_crime
 def test_ablation_varies_one_key_around_the_best_trial(smoke_root):
     from kcal.reruns.ablation import ablation_dir, run_ablation

@@ -15,13 +15,16 @@ Its **report**, ``<dest>`` (e.g. ``docs/results/full``), is everything a reader 
   per flavour, ``comparison_{exact,official}.md``, ``claims.md``);
 * ``report.json``: the profile that produced the results (stated in every caption and verdict),
   where the numbers are, relative to ``<dest>``, and the report's counts as data (:func:`report_json`: the
-  claims' verdicts, the cell verdicts, the protocol's spread under the new and the old rule);
+  claims' verdicts, the cell verdicts, the protocol's spread under the new and the old rule), and
+  (``documents``, optional) the documents outside ``<dest>`` whose generated blocks the report fills too,
+  relative to ``<dest>`` (the README's results summary);
 * ``protocol_spread.md``: where replicates of the protocol exist, the old and the new rule's counts and every
   replicated cell (:mod:`kcal.publish.protocol_spread`);
 * ``best/<dataset>__<objective>.json``: each study's best trial and its parameters;
-* ``RESULTS.md``: hand-written analysis around generated blocks. A generated block sits between
-  ``<!-- kcal.report:NAME -->`` and ``<!-- /kcal.report -->`` and is rewritten from ``results.csv`` and
-  ``studies.csv`` on every publish; the text outside the blocks is kept as it is.
+* ``RESULTS.md`` (and any other Markdown file of ``<dest>`` that holds a generated block, e.g. ``DETAILS.md``):
+  hand-written analysis around generated blocks. A generated block sits between ``<!-- kcal.report:NAME -->``
+  and ``<!-- /kcal.report -->`` and is rewritten from the published data on every publish (:func:`blocks`
+  lists them); the text outside the blocks is kept as it is.
 
 ``kcal report --check <dest>`` regenerates everything derived from the committed
 ``results.csv`` / ``studies.csv`` in memory and exits 1, naming the files, if anything committed differs
@@ -44,6 +47,16 @@ import pandas as pd
 from kcal.core import layout
 from kcal.core.errors import check_choices, exits_on_user_error
 from kcal.data import get_spec
+from kcal.publish.answer import (
+    cell_classes,
+    cells_table,
+    claim_summaries,
+    claims_table,
+    dataset_line,
+    readme_summary,
+    spread_moves,
+    why_sentences,
+)
 from kcal.publish.budget import PLATEAU_SHARE, expected_best, reached_plateau
 from kcal.publish.claims import claims_data, claims_summary, evaluate_all, profile_note
 from kcal.publish.figures.budget_curves import draw_budget_curves
@@ -57,6 +70,7 @@ from kcal.publish.protocol_spread import (
     spread_markdown,
     summary_markdown,
 )
+from kcal.publish.selected_kernels import kernels_markdown, selected_kernels
 from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, fmt, load_results
 from kcal.publish.tables import comparison_counts, write_tables
@@ -193,11 +207,34 @@ def budget_table(runs: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines)
 
 
+def budget_summary(runs: dict[str, pd.DataFrame]) -> str:
+    """The budget table (:func:`budget_table`) in a sentence: how many studies with kept trials reached the plateau,
+    and the largest share of a study's gain that came from its last n/2 trials."""
+    scores = {(dataset, objective, run): value for run, trials in runs.items()
+              for (dataset, objective), value in selection_scores(trials).items()}  # fmt: skip
+    if not scores:
+        return "(no trials kept)"
+    plateau = {key: reached_plateau(*value) for key, value in scores.items()}
+    reached = sum(r for r, _, _ in plateau.values())
+    late = {key: (lg / total if total > 0 else 0.0) for key, (_, lg, total) in plateau.items()}
+    worst = max(late, key=late.get)
+    return (f"{reached} of the {len(scores)} studies with kept trials ({len(runs)} runs of the protocol) reached the "
+            f"plateau at n trials (rule: the gain from n/2 to n trials below {PLATEAU_SHARE:g} of the gain from 1 "
+            f"to n, `kcal.publish.budget`); the largest late share is {late[worst]:.3f} ({' '.join(worst)}).")  # fmt: skip
+
+
 def runs_trials(data: Path) -> dict[str, pd.DataFrame]:
     """The kept trials of every run of the protocol published in ``data``: ``{PUBLISHED: ..., <replicate>: ...}``."""
     kept = {PUBLISHED: read_trials(data)}
     kept.update({name: read_trials(path) for name, path in layout.replicate_data_dirs(data).items()})
     return kept
+
+
+def runs_studies(data: Path) -> dict[str, pd.DataFrame]:
+    """The ``studies.csv`` of every run of the protocol published in ``data``, the published run first."""
+    return {PUBLISHED: pd.read_csv(data / "studies.csv"),
+            **{name: pd.read_csv(path / "studies.csv") for name, path in layout.replicate_data_dirs(data).items()
+               if (path / "studies.csv").is_file()}}  # fmt: skip
 
 
 def draw_budget_figures(data: Path, dest: Path) -> list[Path]:
@@ -213,14 +250,25 @@ def blocks(
     runs: dict[str, pd.DataFrame] | None = None,
     replicates: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, str]:
-    """Every generated block of RESULTS.md, by name (``runs``: every run's kept trials, :func:`runs_trials`;
-    ``replicates``: the other runs' results, which enter the claims' verdicts)."""
+    """The generated blocks that read the published run alone, by name (``runs``: every run's kept trials,
+    :func:`runs_trials`; ``replicates``: the other runs' results, which enter the claims' verdicts); :func:`render` adds those that read the replicates and the data folder:
+
+    * ``profile``, ``withdrawn``: which profile produced the numbers; pairs withdrawn and not yet rerun;
+    * ``answer:claims``, ``answer:cells``, ``answer:why``: the answer (:mod:`kcal.publish.answer`);
+    * ``selection``: the selected MMD configurations' kernels, every run (:mod:`kcal.publish.selected_kernels`);
+    * ``dataset:<name>``: the paper's cells next to ours; ``dataset:<name>:summary``: the same in a line;
+    * ``claims``: each claim's verdict line (:mod:`kcal.publish.claims`); ``studies``: the sweep studies;
+    * ``budget``, ``budget:summary``: the expected best validation score after k trials;
+    * ``protocol``, ``protocol:moves``, ``protocol:claims``, ``protocol:estimate``: the protocol's spread;
+    * ``readme``: the README's results summary (its link depends on the document it is in).
+    """
     out = {"profile": profile_note(profile)}
     out["claims"] = "\n".join(
         f"- {line}" for line in claims_summary(results, profile=profile, replicates=replicates)
     )
     out["studies"] = studies_table(studies)
     out["budget"] = budget_table(runs or {})
+    out["budget:summary"] = budget_summary(runs or {})
     for ds in sorted(set(results["dataset"])):
         out[f"dataset:{ds}"] = side_by_side(results, ds)
     return out
@@ -236,23 +284,33 @@ def fill(text: str, generated: dict[str, str]) -> str:
 
 
 def template(generated: dict[str, str]) -> str:
-    """A first RESULTS.md: one section per dataset with its block; the analysis is written by hand."""
+    """A first RESULTS.md: the answer, then one section per dataset with its block; the analysis is written by
+    hand."""
     parts = [
         "# Results\n",
         "<!-- kcal.report:profile -->\n<!-- /kcal.report -->\n",
         "<!-- kcal.report:withdrawn -->\n<!-- /kcal.report -->\n",
+        "## The answer\n",
+        "<!-- kcal.report:answer:claims -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:answer:cells -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:answer:why -->\n<!-- /kcal.report -->\n",
+        "## Selected configurations\n",
+        "<!-- kcal.report:selection -->\n<!-- /kcal.report -->\n",
         "## Studies\n",
         "<!-- kcal.report:studies -->\n<!-- /kcal.report -->\n",
         "## Search budget\n",
+        "<!-- kcal.report:budget:summary -->\n<!-- /kcal.report -->\n",
         "<!-- kcal.report:budget -->\n<!-- /kcal.report -->\n",
         "## The protocol's own spread\n",
         "<!-- kcal.report:protocol -->\n<!-- /kcal.report -->\n",
+        "<!-- kcal.report:protocol:moves -->\n<!-- /kcal.report -->\n",
         "<!-- kcal.report:protocol:claims -->\n<!-- /kcal.report -->\n",
         "<!-- kcal.report:protocol:estimate -->\n<!-- /kcal.report -->\n",
     ]
-    for name in sorted(k for k in generated if k.startswith("dataset:")):
+    for name in sorted(k for k in generated if k.startswith("dataset:") and not k.endswith(":summary")):
         parts += [
             f"## {name.split(':', 1)[1]}\n",
+            f"<!-- kcal.report:{name}:summary -->\n<!-- /kcal.report -->\n",
             f"<!-- kcal.report:{name} -->\n<!-- /kcal.report -->\n",
         ]
     parts += ["## Claims\n", "<!-- kcal.report:claims -->\n<!-- /kcal.report -->\n"]
@@ -260,6 +318,11 @@ def template(generated: dict[str, str]) -> str:
 
 
 # ---- publish and check ----------------------------------------------------------------------------
+RESULTS_DOCUMENT = "RESULTS.md"
+DOCUMENTS_KEY = "documents"
+"""report.json's list of documents outside the report whose generated blocks it fills (relative to it)."""
+
+
 def data_dir(profile: str) -> Path:
     """Where kcal keeps the published numbers of a ``profile`` reproduction (package data)."""
     return layout.published_data(profile)
@@ -271,8 +334,20 @@ def report_info(dest: Path) -> tuple[str, Path]:
     return info["profile"], (dest / info["data"]).resolve()
 
 
-def render(dest: Path, out: Path) -> None:
-    """Everything derived from ``dest``'s report.json and the CSVs it points to, written into ``out``."""
+def documents(dest: Path) -> tuple[list[Path], list[Path]]:
+    """``(inside, outside)``: the hand-written documents whose generated blocks the report in ``dest`` fills:
+    its RESULTS.md and every other Markdown file of ``dest`` that holds a block (DETAILS.md, say); and the files
+    report.json names under :data:`DOCUMENTS_KEY` (paths relative to ``dest``, e.g. the README)."""
+    inside = [dest / RESULTS_DOCUMENT] + [p for p in sorted(dest.glob("*.md")) if p.name != RESULTS_DOCUMENT
+                                          and GENERATED.search(p.read_text(encoding="utf-8"))]  # fmt: skip
+    names = json.loads((dest / "report.json").read_text()).get(DOCUMENTS_KEY, [])
+    return inside, [(dest / name).resolve() for name in names]
+
+
+def render(dest: Path, out: Path) -> dict[Path, str]:
+    """Everything derived from ``dest``'s report.json and the CSVs it points to, written into ``out``; returns
+    the filled text of the documents outside ``dest`` (:func:`documents`), which are written only when ``out``
+    is ``dest``."""
     profile, data = report_info(dest)
     results = load_results(layout.results_file(data))
     studies = pd.read_csv(data / layout.STUDIES_FILE)
@@ -285,6 +360,7 @@ def render(dest: Path, out: Path) -> None:
     replicates = replicates_of(results, others)
     spread = spread_frame(replicates) if replicates else pd.DataFrame()
     generated["protocol"] = summary_markdown(replicates, spread)
+    generated["protocol:moves"] = spread_moves(spread)
     generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
     estimate = estimate_frame(spread, replicates, kept) if not spread.empty else pd.DataFrame()
     generated["protocol:estimate"] = estimate_markdown(estimate)
@@ -292,15 +368,35 @@ def render(dest: Path, out: Path) -> None:
         json.dumps(report_json(dest, results, others, spread), indent=1, ensure_ascii=False) + "\n",
         encoding="utf-8",
     )
+    summaries = claim_summaries(results, others)
+    classes = cell_classes(results, spread)
+    kernels = selected_kernels(runs_studies(data))
+    generated["answer:claims"] = claims_table(summaries)
+    generated["answer:cells"] = cells_table(classes)
+    generated["answer:why"] = why_sentences(kernels)
+    generated["selection"] = kernels_markdown(kernels)
+    for ds in sorted(set(results["dataset"])):
+        generated[f"dataset:{ds}:summary"] = dataset_line(summaries, classes, ds)
     if replicates:
         (out / "protocol_spread.md").write_text(
             f"# The protocol's own spread ({profile})\n\n{generated['protocol']}\n\n## Cells\n\n"
             f"{spread_markdown(spread)}\n",
             encoding="utf-8",
         )
-    existing = dest / "RESULTS.md"
-    text = existing.read_text(encoding="utf-8") if existing.is_file() else template(generated)
-    (out / "RESULTS.md").write_text(fill(text, generated), encoding="utf-8")
+
+    def filled(document: Path, fresh: str) -> str:
+        link = Path(os.path.relpath(dest.resolve() / RESULTS_DOCUMENT, document.resolve().parent)).as_posix()
+        text = document.read_text(encoding="utf-8") if document.is_file() else fresh
+        return fill(text, {**generated, "readme": readme_summary(summaries, classes, kernels, link)})
+
+    inside, outside = documents(dest)
+    for document in inside:
+        (out / document.name).write_text(filled(document, template(generated)), encoding="utf-8")
+    texts = {document: filled(document, "") for document in outside if document.is_file()}
+    if out.resolve() == dest.resolve():
+        for document, text in texts.items():
+            document.write_text(text, encoding="utf-8")
+    return texts
 
 
 def report_json(
@@ -312,6 +408,7 @@ def report_json(
     info = json.loads((dest / "report.json").read_text())
     return {
         "profile": info["profile"], "data": info["data"],
+        **({"documents": info["documents"]} if "documents" in info else {}),
         "claims": claims_data(evaluate_all(results, replicates=others)),
         "comparison": {fl: comparison_counts(comparison_frame(results, fl)) for fl in FLAVOURS},
         "protocol_spread": counts_data(spread) if not spread.empty else {},
@@ -395,7 +492,11 @@ def publish(
     dest.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
     link = Path(os.path.relpath(data.resolve(), dest.resolve())).as_posix()
-    (dest / "report.json").write_text(json.dumps({"profile": profile, "data": link}) + "\n")
+    info = {"profile": profile, "data": link}
+    if (dest / "report.json").is_file():  # keep the documents outside dest that the report fills
+        names = json.loads((dest / "report.json").read_text()).get(DOCUMENTS_KEY)
+        info.update({DOCUMENTS_KEY: names} if names else {})
+    (dest / "report.json").write_text(json.dumps(info) + "\n")
     studies = only(study_rows(root, storage))
     if add:
         results, old_results = added(layout.results_file(data), only(pd.read_csv(src)))
@@ -493,11 +594,14 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
 
 
 def check(dest: Path) -> list[str]:
-    """Names of committed files that differ from what their CSVs regenerate (empty: all equal)."""
+    """Names of committed files that differ from what their CSVs regenerate (empty: all equal); a document outside
+    ``dest`` (:func:`documents`) is named by its path relative to ``dest``."""
     with tempfile.TemporaryDirectory() as tmp:
-        render(dest, Path(tmp))
-        return [p.name for p in sorted(Path(tmp).iterdir())
-                if not (dest / p.name).is_file() or (dest / p.name).read_bytes() != p.read_bytes()]  # fmt: skip
+        outside = render(dest, Path(tmp))
+        stale = [p.name for p in sorted(Path(tmp).iterdir())
+                 if not (dest / p.name).is_file() or (dest / p.name).read_bytes() != p.read_bytes()]  # fmt: skip
+    return stale + [Path(os.path.relpath(p, dest.resolve())).as_posix() for p, text in outside.items()
+                    if p.read_text(encoding="utf-8") != text]  # fmt: skip
 
 
 @exits_on_user_error
