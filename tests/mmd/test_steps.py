@@ -13,7 +13,7 @@ from kcal.mmd import MMDStep, classification_mmd, regression_mmd
 from kcal.mmd import fused as mmd_fused
 from kcal.objectives import Objective
 
-from .common import reorder_tol
+from ..common import reorder_tol
 
 
 def _batch(n=24, d=7, m=3, dtype=torch.float64, seed=0):
