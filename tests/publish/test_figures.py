@@ -376,6 +376,9 @@ def test_reproduction_over_several_roots_draws_one_figure_per_dataset(tmp_path, 
     monkeypatch.setattr(
         reproduction_figures, "save_figure", lambda fig, path: saved.append(fig) or original(fig, path)
     )
+    import kcal.publish.figures.__main__ as figures_cli
+
+    monkeypatch.setattr(figures_cli, "check_datasets", lambda args: None)  # toycls is no registered dataset
     assert cli(["reproduction", str(first), str(second), "--datasets", "toycls", "--out", str(out)]) == 0
     printed = capsys.readouterr().out.split()
     assert printed == [str(out / "calibration_toycls.png"), str(out / "calibration_toycls.pdf")]
