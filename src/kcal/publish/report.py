@@ -232,9 +232,9 @@ def runs_trials(data: Path) -> dict[str, pd.DataFrame]:
 
 def runs_studies(data: Path) -> dict[str, pd.DataFrame]:
     """The ``studies.csv`` of every run of the protocol published in ``data``, the published run first."""
-    return {PUBLISHED: pd.read_csv(data / "studies.csv"),
-            **{name: pd.read_csv(path / "studies.csv") for name, path in layout.replicate_data_dirs(data).items()
-               if (path / "studies.csv").is_file()}}  # fmt: skip
+    return {PUBLISHED: pd.read_csv(data / layout.STUDIES_FILE),
+            **{name: pd.read_csv(path / layout.STUDIES_FILE) for name, path in layout.replicate_data_dirs(data).items()
+               if (path / layout.STUDIES_FILE).is_file()}}  # fmt: skip
 
 
 def draw_budget_figures(data: Path, dest: Path) -> list[Path]:
