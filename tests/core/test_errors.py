@@ -241,7 +241,7 @@ def misspelt(tmp_path_factory) -> tuple[Path, dict]:
      ("reproduce objectives", "objective 'nll_mdm'", "nll_mmd"), ("report datasets", "dataset 'crme'", "crime"),
      ("report withdraw dataset", "dataset 'crme'", "crime"),
      ("report withdraw objective", "objective 'nll_mdm'", "nll_mmd"), ("pareto-report", "dataset 'crme'", "crime"),
-     ("figures reproduction", "dataset 'crme'", "crime"), ("figures local", "dataset 'blog'", "crop-yield"),
+     ("figures local", "dataset 'blog'", "crop-yield"),
      ("state", "dataset 'crme'", "crime"), ("reevaluate", "dataset 'crme'", "crime"),
      ("bench datasets", "dataset 'crme'", "crime"), ("bench estimate", "dataset 'crme'", "crime"),
      ("bench objectives", "objective 'nll_mdm'", "nll_mmd"), ("sweep-throughput", "dataset 'crme'", "crime")],
@@ -254,6 +254,15 @@ def test_a_misspelt_name_is_one_line_listing_the_valid_names_exit_2(misspelt, ca
     assert len(lines) == 1 and lines[0].startswith(f"config error: unknown {kind}; valid names: "), lines
     assert valid in lines[0].partition("valid names: ")[2].split(", "), lines[0]
     assert not (tmp / "dest").exists() and not (tmp / "many").exists()  # nothing written
+
+
+def test_figures_of_a_dataset_not_in_the_roots_is_one_line_naming_those_that_are(misspelt):
+    """``kcal figures reproduction`` draws what its roots hold, synthetic test datasets included: a name that
+    is not there is refused naming the datasets that are (none in this empty root)."""
+    tmp, runs = misspelt
+    res = runs["figures reproduction"]
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip() == f"error: no runs of crme under {tmp / 'root'} (datasets with runs: none)"
 
 
 def test_group_choices_are_checked_as_hydra_would_read_them(tmp_path):

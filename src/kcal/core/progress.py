@@ -89,17 +89,26 @@ class Forecast:
         self.kinds: dict[Hashable, Measured] = {}
         self.families: dict[Hashable, Measured] = {}
         self.paces: list[tuple[float, float, float]] = []  # (when it finished, wall s, CPU s)
+        self.done_cpu = 0.0
 
     def add_study(self, study: Study) -> None:
         self.studies.append(study)
 
     def finished(
-        self, kind: Hashable, predicted: float, seconds: float, cpu: float | None = None, at: float = 0.0
+        self,
+        kind: Hashable,
+        predicted: float,
+        seconds: float,
+        cpu: float | None = None,
+        at: float = 0.0,
+        warmup: bool = False,
     ) -> None:
         """A piece of ``kind`` predicted at ``predicted`` CPU seconds took ``seconds``, ``cpu`` of them on a
         CPU (None: all), finishing at ``at`` (the clock of :meth:`seconds_left`'s ``now``): out of the plan,
-        into the ratios and the pace."""
+        into the ratios and the pace. A ``warmup`` piece, the first of its process, also paid for the process's
+        imports (Lightning's ~3 s), which no later piece pays: it stays out of the ratios."""
         cpu = seconds if cpu is None else cpu
+        self.done_cpu += cpu
         for study in self.studies:
             if study.trial_kind == kind and study.trials > 0:
                 study.trials -= 1
@@ -110,8 +119,9 @@ class Forecast:
             if chunk is not None:
                 study.chunks.remove(chunk)
                 break
-        self.kinds.setdefault(kind, Measured()).add(predicted, cpu)
-        self.families.setdefault(family(kind), Measured()).add(predicted, cpu)
+        if not warmup:
+            self.kinds.setdefault(kind, Measured()).add(predicted, cpu)
+            self.families.setdefault(family(kind), Measured()).add(predicted, cpu)
         if cpu > 0 and seconds > 0:
             self.paces.append((at, seconds, cpu))
 
@@ -144,7 +154,7 @@ class Forecast:
 
     def work_done(self) -> float:
         """CPU seconds of the finished pieces."""
-        return sum(m.seconds for m in self.kinds.values())
+        return self.done_cpu
 
     def seconds_left(self, running: list[tuple[Hashable, float, float]] = (), now: float = 0.0) -> float:
         """Wall seconds, from ``now``, until the plan's last piece ends (see the class). ``running``: (kind,
@@ -269,15 +279,19 @@ class Progress:
         stage: Weighing | None = None,
         cpu: float | None = None,
         now: float | None = None,
+        warmup: bool | None = None,
     ) -> None:
         """``n`` pieces of ``family`` finished (trials that count; the seeds of one chunk) in ``seconds``, ``cpu``
-        of them on a CPU, at ``now`` (default ``time.monotonic()``)."""
+        of them on a CPU, at ``now`` (default ``time.monotonic()``); ``warmup``: the first piece of its process
+        (:meth:`Forecast.finished`; default: the first piece this progress counts, for pieces run in this
+        process)."""
         stage = stage or self.stage
         kind, units = (None, float(n)) if stage is None or not n else stage.piece(family, int(n))
         self.done = min(self.total, self.done + units)
         if self.forecast is not None and kind is not None and seconds is not None:
             now = time.monotonic() if now is None else now
-            self.forecast.finished(kind, units, seconds, cpu, now)
+            warmup = self.forecast.done_cpu == 0 and not self.forecast.paces if warmup is None else warmup
+            self.forecast.finished(kind, units, seconds, cpu, now, warmup)
         print(f"{line} | {self.status()}", file=sys.stderr, flush=True)
 
     def finish(self, line: str) -> None:

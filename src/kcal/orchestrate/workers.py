@@ -117,9 +117,20 @@ def worker_storage(cfg: DictConfig) -> optuna.storages.BaseStorage:
     return STORAGES[key]
 
 
-def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float]:
+#: whether this worker process has run a task yet (its first paid for the imports: Lightning's ~3 s)
+STARTED: list[bool] = []
+
+
+def first_task() -> bool:
+    """True the first time a worker process asks."""
+    first = not STARTED
+    STARTED.append(True)
+    return first
+
+
+def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float, bool]:
     """One trial of the study; (progress line, 1 if it counts towards n_trials else 0, its seconds, its CPU
-    seconds)."""
+    seconds, whether it was this worker's first task)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = OmegaConf.create(cfg_container)
     cfg.sweep.worker = worker
@@ -131,17 +142,18 @@ def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float
         trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
     )
     line = f"[{cfg.dataset.name}/{cfg.objective.name}] {trial_line(cfg, trial, study, cpu)}"
-    return line, int(counts), trial_seconds(trial), cpu
+    return line, int(counts), trial_seconds(trial), cpu, first_task()
 
 
-def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> tuple[str, float, float]:
-    """Train one chunk of seeds; (the progress line, its seconds, its CPU seconds)."""
+def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> tuple[str, float, float, bool]:
+    """Train one chunk of seeds; (the progress line, its seconds, its CPU seconds, whether it was this worker's
+    first task)."""
     base, cfg = OmegaConf.create(base_container), OmegaConf.create(cfg_container)
     dirs = seed_dirs(cfg)
     t0, cpu = time.perf_counter(), time.process_time()
     train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-    return chunk_line(cfg, seeds, seconds, cpu), seconds, cpu
+    return chunk_line(cfg, seeds, seconds, cpu), seconds, cpu, first_task()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,11 +333,11 @@ def run_pool_once(
                     if kind == "trial":
                         in_flight[what] -= 1
                         dirty.add(what)
-                        line, counts, seconds, cpu = fut.result()
-                        progress.advance(counts, line, "trial", seconds, stage=owners[what], cpu=cpu)
+                        line, counts, seconds, cpu, first = fut.result()
+                        progress.advance(counts, line, "trial", seconds, owners[what], cpu, warmup=first)
                     else:
-                        line, seconds, cpu = fut.result()
-                        progress.advance(len(group), line, "seeds", seconds, stage=what, cpu=cpu)
+                        line, seconds, cpu, first = fut.result()
+                        progress.advance(len(group), line, "seeds", seconds, what, cpu, warmup=first)
                         chunks_left[id(what)] -= 1
                         if chunks_left[id(what)] == 0:
                             summarize(what.cfg)

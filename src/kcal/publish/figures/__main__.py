@@ -23,7 +23,7 @@ from pathlib import Path
 from kcal.core import layout
 from kcal.core.errors import ConfigError, exits_on_user_error, unknown_name
 from kcal.core.plotting import MissingInputError
-from kcal.data import DatasetUnavailableError, get_spec
+from kcal.data import DatasetUnavailableError
 from kcal.publish.figures.local_maps import draw_local_maps, train_command
 from kcal.publish.figures.reproduction import draw_reproduction
 from kcal.reruns.local_calibration import LOCAL_DATASETS, LOCAL_OBJECTIVES, train_local
@@ -122,11 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_datasets(args) -> None:
-    """A misspelt ``--datasets`` name (of the local maps': one they draw) is one line listing the valid ones."""
-    for name in getattr(args, "datasets", None) or []:
-        get_spec(name)
-        if args.func is _cmd_local and name not in LOCAL_DATASETS:
-            raise ConfigError(unknown_name("dataset", name, LOCAL_DATASETS))
+    """A misspelt ``local --datasets`` name is one line listing the datasets the maps are drawn for (a
+    ``reproduction --datasets`` name not in the roots is refused by :func:`draw_reproduction`, naming those
+    that are)."""
+    if args.func is _cmd_local:
+        for name in args.datasets:
+            if name not in LOCAL_DATASETS:
+                raise ConfigError(unknown_name("dataset", name, LOCAL_DATASETS))
 
 
 @exits_on_user_error
