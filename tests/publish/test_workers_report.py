@@ -53,8 +53,12 @@ def make_root(root: Path, jobs: int = 8, seed: int = 7, trials: dict | None = No
             study = optuna.create_study(study_name=layout.study_name(DATASET, objective, "paper"), storage=url,
                                         direction="maximize")  # fmt: skip
             for i in range(n):
-                study.add_trial(optuna.trial.create_trial(params={"trainer.lr": 0.001 * (i + 1)},
-                                                          distributions={"trainer.lr": lr}, value=0.6 + 0.01 * i))  # fmt: skip
+                trial = optuna.trial.create_trial(
+                    params={"trainer.lr": 0.001 * (i + 1)},
+                    distributions={"trainer.lr": lr},
+                    value=0.6 + 0.01 * i,
+                )
+                study.add_trial(trial)
         for k in range((seeds or {}).get(objective, N_SEEDS)):
             run = layout.seed_dir(layout.label_dir(root, DATASET, objective), k)
             run.mkdir(parents=True)

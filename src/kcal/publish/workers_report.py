@@ -9,7 +9,7 @@ its validation and test metrics and its per-epoch ``curve``; :mod:`kcal.publish.
 (:func:`provenance`: the ``kcal reproduce`` command of each sitting, from the root's recorded overrides, and the
 commit of the code that ran it, which the root does not record and ``--commit`` gives). They never enter the
 published numbers, the replicates' protocol spread or the claims; the report compares them with those runs in
-its own section (:mod:`kcal.publish.workers`), regenerated here.
+its own section (:mod:`kcal.publish.worker_count`), regenerated here.
 
 N and k are read from the root's recorded configs (Hydra's ``logs/*/.hydra/config.yaml``): every sitting of the
 root must agree on them. A root whose protocol has not finished is refused in one line naming what is missing

@@ -75,7 +75,7 @@ PLANNED_RUNS = 5
 """Worker runs per dataset that issue 43 asks for; the verdict is provisional below this."""
 CELL_TABLES = ("classification", "classification_tempscaling")
 README_ADVICE = "running it on every core, a GPU or a cluster"
-"""What the README advises about workers (tests/publish/test_workers.py checks that it still says so); the
+"""What the README advises about workers (tests/publish/test_worker_count.py checks that it still says so); the
 protocol's default ``reproduce.jobs`` is the CPU count."""
 WITHIN, OUTSIDE = "within", "outside"
 NONE_YET = "(no worker-count replicate published yet)"
@@ -366,9 +366,10 @@ def summary_line(c: DatasetComparison) -> str:
     trials = [o for o in c.objectives if "trials_mean" in o]
     lower = sum(np.mean(o["trials_mean"].workers) < o["trials_mean"].mean for o in trials)
     trials_worse = sum(o["trials_mean"].outcome == V.WORSE for o in trials)
-    return (f"**{c.dataset}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the 1-2 "
-            f"worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction interval: {worse} worse, {better} "
-            f"better of {n} (chance alone: at most {bound} each side); {claims}. Trials: mean validation score "
+    return (f"**{c.dataset}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
+            f"1-2 worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction "
+            f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side); {claims}. "
+            f"Trials: mean validation score "
             f"lower than the 1-2 worker runs' mean on {lower} of {len(trials)} objectives, worse beyond the "
             f"interval on {trials_worse}.")  # fmt: skip
 
@@ -404,7 +405,7 @@ def details_block(found: list[DatasetComparison]) -> str:
     out = [
         "Reference runs: the published run and its replicates (1 or 2 worker processes); worker runs: "
         "`workers/jobs=<N>/sampler_seed=<k>` in the published data (command and commit in each "
-        "`provenance.json`). Rules: `kcal.publish.workers` (a 95 % prediction interval from the reference runs, "
+        "`provenance.json`). Rules: `kcal.publish.worker_count` (a 95 % prediction interval from the reference runs, "
         f"t with R - 1 degrees of freedom; near the best: a score at least the reference runs' median best "
         f"score less {MARGIN:g}).", "",
         "| dataset | objective | best score, 1-2 workers | mean ± prediction (one run) | N workers | each | "

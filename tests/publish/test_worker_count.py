@@ -1,4 +1,4 @@
-"""kcal.publish.workers: the rules that compare runs of the protocol on N workers with the runs on 1 or 2, at their
+"""kcal.publish.worker_count: the rules that compare runs of the protocol on N workers with the runs on 1 or 2, at their
 boundaries, on synthetic runs (the published heart-disease rows, shifted)."""
 
 import math
@@ -10,7 +10,7 @@ import pytest
 from kcal.publish import verdicts as V
 from kcal.publish.protocol_spread import PUBLISHED, prediction_half_width
 from kcal.publish.report import data_dir
-from kcal.publish.workers import (
+from kcal.publish.worker_count import (
     MARGIN,
     OUTSIDE,
     README_ADVICE,
