@@ -10,16 +10,20 @@ import pytest
 from kcal.publish import verdicts as V
 from kcal.publish.protocol_spread import PUBLISHED, prediction_half_width
 from kcal.publish.report import data_dir
+from kcal.publish.trials import KEY_COLUMNS
 from kcal.publish.worker_count import (
     MARGIN,
+    NOT_COMPARED,
     OUTSIDE,
     README_ADVICE,
     WITHIN,
+    Runs,
     agreement,
     agreement_check,
     cell_checks,
     claim_outcomes,
     compare,
+    compare_dataset,
     dataset_verdict,
     mean_half_width,
     side_bound,
@@ -149,3 +153,10 @@ def test_claims_agree_where_the_outcomes_are_equal(heart):
 
 def test_the_readme_still_gives_the_advice_the_section_quotes():
     assert README_ADVICE in " ".join((REPO / "README.md").read_text().split())
+
+
+def test_a_dataset_with_one_reference_run_is_not_compared(heart):
+    studies = pd.read_csv(data_dir("full") / "studies.csv")
+    runs = Runs({PUBLISHED: heart}, {PUBLISHED: studies}, {PUBLISHED: pd.DataFrame(columns=KEY_COLUMNS)})
+    found = compare_dataset(runs, runs, "heart-disease", 8)
+    assert found.verdict == NOT_COMPARED and found.objectives == [] and found.cells.empty

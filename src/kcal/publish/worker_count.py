@@ -8,7 +8,7 @@ sampler seeds with ``reproduce.jobs=N``. With N workers, constant-liar TPE sampl
 are unfinished, so the question is whether that changes what the protocol selects. Each (dataset, objective)
 is compared over the reference runs that hold it (R of them) and the worker runs of one N that hold it (m).
 
-**The rules**, fixed here before any worker run's numbers were read, are the predictive rule of
+**The rules**, fixed here before the comparison was first computed on a worker run, are the predictive rule of
 :mod:`kcal.publish.protocol_spread` (a 95 % prediction interval from the R reference runs, Student's t with
 R - 1 degrees of freedom) and the three outcomes of :mod:`kcal.publish.verdicts`:
 
@@ -43,7 +43,7 @@ R - 1 degrees of freedom) and the three outcomes of :mod:`kcal.publish.verdicts`
 is worse on some objective (rule 1), or more cells are worse than chance allows (rule 2), or the claims agree
 worse (rule 3); else *better* when the selection score is better on some objective or more cells are better
 than chance allows; else *indistinguishable*. It is provisional until PLANNED_RUNS worker runs are in (issue 43
-asks for 5 per dataset).
+asks for 5 per dataset). A dataset with fewer than 2 reference runs is *not compared*.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ README_ADVICE = "running it on every core, a GPU or a cluster"
 protocol's default ``reproduce.jobs`` is the CPU count."""
 WITHIN, OUTSIDE = "within", "outside"
 NONE_YET = "(no worker-count replicate published yet)"
+NOT_COMPARED = "not compared (fewer than 2 reference runs)"
 
 
 # ---- the rules ----------------------------------------------------------------------------------------------
@@ -311,8 +312,10 @@ def compare_dataset(ref: Runs, wrk: Runs, dataset: str, jobs: int) -> DatasetCom
     table = [
         (c, f, [o.get((c, f), "—") for o in r_out], [o.get((c, f), "—") for o in w_out]) for c, f in keys
     ]
-    verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
-                              claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
+    verdict = NOT_COMPARED
+    if len(rnames) >= 2:
+        verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
+                                  claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
     return DatasetComparison(dataset, jobs, wnames, rnames, objectives, cells, claims, table, verdict)
 
 
