@@ -68,6 +68,7 @@ PLACEHOLDERS = {
     "<seed dir>": "outputs/reproduce/quick/crime/nll/seeds/seed_0",
     "<folder>": "outputs/figures",
     "<new folder>": "outputs/soak",
+    "<sha>": "77fe3c6",
 }
 #: the lines of a ``bash`` block that are not commands to check: setting up the shell
 SHELL_SETUP = re.compile(r"(source \.venv/bin/activate|export KCAL_DATA_DIR=\S+|[A-Z_]+=\S+)$")

@@ -11,6 +11,7 @@ A reproduction root (``root``; ``outputs/reproduce/<profile>`` for :mod:`kcal.or
     ablations/<dataset>/<objective>[/<k>=<v>,...]/   an ablation: <key>.csv, <key>=<value>/seeds/seed<k>/
     pareto/<dataset>/                                the front comparison: fronts.json, fronts.png
     tables/, figures/                                what publishing writes
+    logs/<time>_<task>/.hydra/                       each kcal reproduce's composed config and overrides
 
 ``<suffix>`` is empty under ``sweep.selection=paper`` and ``__<selection>`` otherwise (``__pareto``),
 so the two selections never share a study or a folder. A study is named
@@ -179,6 +180,33 @@ def replicate_data_dirs(data: Path | str) -> dict[str, Path]:
     return {
         p.parent.name: p.parent for p in sorted((Path(data) / REPLICATES_FOLDER).glob(f"*/{RESULTS_FILE}"))
     }
+
+
+WORKERS_FOLDER = "workers"  # in a published data folder: workers/jobs=<n>/<name>/results.csv, ...
+PROVENANCE_FILE = "provenance.json"  # in a worker-count replicate: the command and commit that made it
+
+
+def workers_data_dir(data: Path | str, jobs: int, name: str) -> Path:
+    """``<data>/workers/jobs=<jobs>/<name>``: one more run of the whole protocol on ``jobs`` worker processes
+    (sampler seed ``name``), kept apart from the published run and its replicates (1 or 2 workers)."""
+    return Path(data) / WORKERS_FOLDER / f"jobs={jobs}" / name
+
+
+def workers_data_dirs(data: Path | str) -> dict[tuple[int, str], Path]:
+    """Every published worker-count replicate under ``data``, by (worker processes, name)."""
+    found = sorted((Path(data) / WORKERS_FOLDER).glob(f"jobs=*/*/{RESULTS_FILE}"))
+    return {(int(p.parents[1].name.partition("=")[2]), p.parent.name): p.parent for p in found}
+
+
+def recorded_configs(root: Path | str) -> list[Path]:
+    """The composed config of every ``kcal reproduce`` that ran in ``root`` (Hydra's ``.hydra/config.yaml`` in
+    its run folder ``<root>/logs/<time>_<task>/``, ``configs/reproduce.yaml``), the first run first."""
+    return sorted(Path(root).glob("logs/*/.hydra/config.yaml"))
+
+
+def recorded_overrides(config: Path) -> Path:
+    """The command-line overrides recorded beside a :func:`recorded_configs` file."""
+    return Path(config).with_name("overrides.yaml")
 
 
 def best_files(root: Path | str) -> dict[tuple[str, str], Path]:

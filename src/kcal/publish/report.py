@@ -75,6 +75,7 @@ from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
 from kcal.publish.tables import comparison_counts, write_tables
 from kcal.publish.trials import read_trials, trial_rows, write_trials
+from kcal.publish.worker_count import workers_blocks
 from kcal.sweep.search import REG_SHARE_KEYS
 from kcal.sweep.selection import selected, value_of
 from kcal.sweep.studies import COUNTED_FAILURES, STATUS
@@ -285,6 +286,7 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     generated["answer:cells"] = cells_table(classes)
     generated["answer:why"] = why_sentences(kernels)
     generated["selection"] = kernels_markdown(kernels)
+    generated.update(workers_blocks(data))  # ``workers``, ``workers:summary``: runs on N worker processes
     for ds in sorted(set(results["dataset"])):
         generated[f"dataset:{ds}:summary"] = dataset_line(summaries, classes, ds)
     if replicates:

@@ -1,0 +1,455 @@
+"""Does the number of workers change the answer? Runs of the protocol on N worker processes against the runs on
+1 or 2.
+
+**The runs.** The *reference runs* are the published run and its replicates (``replicates/sampler_seed=<k>``),
+which ran on 1 or 2 worker processes. The *worker runs* are the worker-count replicates
+(``workers/jobs=<N>/sampler_seed=<k>``, :mod:`kcal.publish.workers_report`): the same protocol, budget and
+sampler seeds with ``reproduce.jobs=N``. With N workers, constant-liar TPE samples each trial while N - 1 others
+are unfinished, so the question is whether that changes what the protocol selects. Each (dataset, objective)
+is compared over the reference runs that hold it (R of them) and the worker runs of one N that hold it (m).
+
+**The rules**, fixed here before the comparison was first computed on a worker run, are the predictive rule of
+:mod:`kcal.publish.protocol_spread` (a 95 % prediction interval from the R reference runs, Student's t with
+R - 1 degrees of freedom) and the three outcomes of :mod:`kcal.publish.verdicts`:
+
+1. **Selection score** (each study's best validation score, ``studies.csv``'s ``best_value``: validation
+   accuracy less a tie-break by ECE; higher is better), per (dataset, objective). With ``mean`` and ``sd``
+   (ddof 1) of the reference values and ``w`` the mean of the m worker values, ``d = mean - w`` (positive: the
+   workers score lower) and ``h = t_{R-1} sd sqrt(1/m + 1/R)``, the prediction interval for the mean of m more
+   runs (m = 1: the interval for one more run). Outcome (:func:`kcal.publish.verdicts.outcome`): *worse* when
+   ``d > h``, *better* when ``d < -h``, *indistinguishable* otherwise (:func:`compare`). Each worker run is
+   also placed alone, inside or outside the interval for one run.
+2. **Test cells** of the selected configurations (Tables 4 and 5, both flavours): each worker run's cell
+   against the reference runs' cells by :func:`kcal.publish.protocol_spread.prediction_half_width`, the worker
+   run taking the paper's place there (its seed SE enters by how much its square exceeds the reference runs'
+   mean square). Outside the interval, the cell is *better* or *worse* by its metric's direction
+   (:func:`cell_checks`). Each side's count over n cells is compared with what chance alone allows: the 95 %
+   upper end of Binomial(n, ALPHA / 2) (cells share runs, so this is a guide, not an exact test).
+3. **Claim verdicts**: each run judged alone by its seed SEs (:mod:`kcal.publish.claims`, the paper's reading
+   of every claim on Tables 4 and 5, both flavours): one outcome per (claim, flavour). Two runs *agree* on the
+   share of (claim, flavour) where their outcomes are equal. A reference run's agreement is its mean agreement
+   with the other R - 1; a worker run's, its mean agreement with the R reference runs. The worker runs' mean
+   agreement is compared with the reference runs' agreements as in rule 1 (higher is better): *worse* means the
+   worker runs agree with the reference runs less often than those agree among themselves
+   (:func:`agreement_check`).
+4. **The trials' distribution** (reported beside the verdict, not in it): per study, the mean selection score
+   of its complete trials, and the share of its complete trials *near the best*: with a score at least
+   ``bar - MARGIN``, where ``bar`` is the median of the reference runs' best scores of that (dataset, objective)
+   (one bar for every run, so the shares compare) and MARGIN = 0.02, two points of validation accuracy
+   (about one validation row on breast-cancer's 56). Both are compared as in rule 1 over the reference runs
+   whose trials are kept (:func:`trials_summary`).
+
+**The verdict per dataset** (:func:`dataset_verdict`), in the three outcomes: *worse* when the selection score
+is worse on some objective (rule 1), or more cells are worse than chance allows (rule 2), or the claims agree
+worse (rule 3); else *better* when the selection score is better on some objective or more cells are better
+than chance allows; else *indistinguishable*. It is provisional until PLANNED_RUNS worker runs are in (issue 43
+asks for 5 per dataset). A dataset with fewer than 2 reference runs is *not compared*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kcal.core import layout
+from kcal.publish import verdicts as V
+from kcal.publish.claims import CLAIMS, evaluate_claim
+from kcal.publish.protocol_spread import (
+    ALPHA,
+    PUBLISHED,
+    chance_range,
+    prediction_half_width,
+    replicate_cells,
+)
+from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, load_results, normalise_results
+from kcal.publish.trials import read_trials
+
+MARGIN = 0.02
+"""How far below the reference runs' median best score a trial still counts as near the best (rule 4)."""
+PLANNED_RUNS = 5
+"""Worker runs per dataset that issue 43 asks for; the verdict is provisional below this."""
+CELL_TABLES = ("classification", "classification_tempscaling")
+README_ADVICE = "running it on every core, a GPU or a cluster"
+"""What the README advises about workers (tests/publish/test_worker_count.py checks that it still says so); the
+protocol's default ``reproduce.jobs`` is the CPU count."""
+WITHIN, OUTSIDE = "within", "outside"
+NONE_YET = "(no worker-count replicate published yet)"
+NOT_COMPARED = "not compared (fewer than 2 reference runs)"
+
+
+# ---- the rules ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Comparison:
+    """Rule 1 on one quantity: the reference runs' values against the worker runs' (higher is better)."""
+
+    reference: tuple[float, ...]
+    workers: tuple[float, ...]
+    mean: float
+    sd: float
+    half_one: float  # the prediction half-width for one more run
+    half: float  # for the mean of the m worker runs
+    outcome: str
+    each: tuple[str, ...]  # each worker run alone: WITHIN or OUTSIDE mean ± half_one
+
+
+def mean_half_width(sd: float, runs: int, more: int = 1) -> float:
+    """``t_{R-1} sd sqrt(1/m + 1/R)``: the 95 % prediction half-width for the mean of ``more`` (m) further runs
+    from ``runs`` (R) runs of SD ``sd``; at m = 1 it is :func:`kcal.publish.protocol_spread.prediction_half_width`
+    without a paper SE."""
+    if more < 1:
+        raise ValueError(f"more must be at least 1, got {more}")
+    return V.t_quantile(runs, 1.0 - ALPHA) * sd * math.sqrt(1.0 / more + 1.0 / runs)
+
+
+def compare(
+    reference: Sequence[float], workers: Sequence[float], higher_is_better: bool = True
+) -> Comparison:
+    """Rule 1: the worker runs' mean against the prediction interval of the reference runs (module docstring)."""
+    ref, wrk = [float(x) for x in reference], [float(x) for x in workers]
+    if len(ref) < 2 or not wrk:
+        raise ValueError(
+            f"compare needs at least 2 reference values and 1 worker value, got {len(ref)} and {len(wrk)}"
+        )
+    mean, sd = float(np.mean(ref)), float(np.std(ref, ddof=1))
+    half_one, half = mean_half_width(sd, len(ref)), mean_half_width(sd, len(ref), len(wrk))
+    s = -1.0 if higher_is_better else 1.0
+    each = tuple(WITHIN if abs(w - mean) <= half_one + 1e-12 else OUTSIDE for w in wrk)
+    return Comparison(tuple(ref), tuple(wrk), mean, sd, half_one, half,
+                      V.outcome(s * (float(np.mean(wrk)) - mean), half), each)  # fmt: skip
+
+
+def cell_checks(reference: dict[str, pd.DataFrame], workers: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Rule 2: one row per table cell of Tables 4 and 5 and worker run (``{name: results}``) that at least two
+    reference runs (``{name: results}``) hold: the worker's value, the reference mean and half-width, ``verdict``
+    (WITHIN / OUTSIDE) and ``outcome`` (better / indistinguishable / worse by the metric's direction)."""
+    ref, wrk = replicate_cells(reference), replicate_cells(workers)
+    columns = [
+        "flavour",
+        "table",
+        "dataset",
+        "row",
+        "metric",
+        "run",
+        "value",
+        "mean",
+        "half",
+        "verdict",
+        "outcome",
+    ]
+    if ref.empty or wrk.empty:
+        return pd.DataFrame(columns=columns)
+    key = ["flavour", "table", "dataset", "row", "metric"]
+    ref, wrk = ref[ref["table"].isin(CELL_TABLES)], wrk[wrk["table"].isin(CELL_TABLES)]
+    groups = {k: g for k, g in ref.groupby(key, sort=False)}
+    rows = []
+    for r in wrk.to_dict("records"):
+        group = groups.get(tuple(r[k] for k in key))
+        if group is None or len(group) < 2:
+            continue
+        means = group["ours_mean"].astype(float).to_numpy()
+        rms = math.sqrt(float(np.mean([V.se_or_zero(s) ** 2 for s in group["ours_se"].astype(float)])))
+        half = prediction_half_width(float(np.std(means, ddof=1)), len(means), float(r["ours_se"]), rms)
+        mean = float(np.mean(means))
+        s = 1.0 if TABLES[r["table"]].metric(r["metric"]).lower_is_better else -1.0
+        outcome = V.outcome(s * (float(r["ours_mean"]) - mean), half)
+        rows.append({**{k: r[k] for k in key}, "run": r["replicate"], "value": float(r["ours_mean"]),
+                     "mean": mean, "half": half, "verdict": WITHIN if outcome == V.INDISTINGUISHABLE else OUTSIDE,
+                     "outcome": outcome})  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def side_bound(n: int) -> int:
+    """The most cells of n that chance alone puts outside the interval on one side: the 95 % upper end of
+    Binomial(n, ALPHA / 2)."""
+    return chance_range(n, ALPHA / 2)[2]
+
+
+def claim_outcomes(results: pd.DataFrame, dataset: str) -> dict[tuple[str, str], str]:
+    """Rule 3: ``{(claim, flavour): outcome}`` of one run alone on ``dataset``, for every claim on Tables 4 and 5
+    (the paper's reading) whose rows the run holds there."""
+    res = normalise_results(results)
+    out = {}
+    for flavour in FLAVOURS:
+        for claim in CLAIMS:
+            if claim.table not in CELL_TABLES:
+                continue
+            found = evaluate_claim(claim, [cell_frame(res, flavour, TABLES[claim.table])], flavour).datasets
+            if dataset in found:
+                out[(claim.id, flavour)] = found[dataset].outcome
+    return out
+
+
+def agreement(a: dict, b: dict) -> float:
+    """The share of the keys both hold on which ``a`` and ``b`` give the same outcome (NaN: none shared)."""
+    shared = sorted(set(a) & set(b))
+    return float(np.mean([a[k] == b[k] for k in shared])) if shared else float("nan")
+
+
+def agreement_check(reference: Sequence[dict], workers: Sequence[dict]) -> Comparison:
+    """Rule 3: each reference run's mean agreement with the other reference runs against each worker run's mean
+    agreement with every reference run, compared as in rule 1 (higher is better)."""
+    if len(reference) < 2:
+        raise ValueError(f"agreement_check needs at least 2 reference runs, got {len(reference)}")
+    ref = [float(np.mean([agreement(r, o) for j, o in enumerate(reference) if j != i]))
+           for i, r in enumerate(reference)]  # fmt: skip
+    wrk = [float(np.mean([agreement(w, r) for r in reference])) for w in workers]
+    return compare(ref, wrk)
+
+
+def trials_summary(trials: pd.DataFrame, bar: float) -> tuple[float, float, int]:
+    """Rule 4 on one study's trials (a trials table's rows): ``(mean selection score, share with a score at least
+    bar - MARGIN, complete trials)`` over its complete trials with a score."""
+    done = trials[(trials["state"] == "complete") & trials["value"].notna()]["value"].astype(float)
+    if done.empty:
+        return float("nan"), float("nan"), 0
+    return float(done.mean()), float((done >= bar - MARGIN - 1e-12).mean()), len(done)
+
+
+def dataset_verdict(selection: Sequence[str], cells: pd.DataFrame, claims: str) -> str:
+    """The verdict on a dataset from its objectives' selection-score outcomes (rule 1), its cell checks (rule 2,
+    every worker run's cells of the dataset) and the outcome of its claims' agreement (rule 3)."""
+    n = len(cells)
+    worse, better = int((cells["outcome"] == V.WORSE).sum()), int((cells["outcome"] == V.BETTER).sum())
+    if V.WORSE in selection or worse > side_bound(n) or claims == V.WORSE:
+        return V.WORSE
+    if V.BETTER in selection or better > side_bound(n):
+        return V.BETTER
+    return V.INDISTINGUISHABLE
+
+
+# ---- the published runs --------------------------------------------------------------------------------------
+@dataclass
+class Runs:
+    """Every run's results, studies and kept trials, by run name (the reference runs) or (jobs, name)."""
+
+    results: dict
+    studies: dict
+    trials: dict
+
+
+def read_runs(folders: dict) -> Runs:
+    runs = Runs({}, {}, {})
+    for name, folder in folders.items():
+        runs.results[name] = load_results(layout.results_file(folder))
+        studies = Path(folder) / layout.STUDIES_FILE
+        runs.studies[name] = pd.read_csv(studies) if studies.is_file() else pd.DataFrame(columns=["dataset"])
+        runs.trials[name] = read_trials(folder)
+    return runs
+
+
+def reference_folders(data: Path) -> dict[str, Path]:
+    return {PUBLISHED: Path(data), **layout.replicate_data_dirs(data)}
+
+
+def _pair(frame: pd.DataFrame, dataset: str, objective: str) -> pd.DataFrame:
+    return frame[(frame["dataset"] == dataset) & (frame["objective"] == objective)]
+
+
+def _best(studies: pd.DataFrame, dataset: str, objective: str) -> float | None:
+    rows = _pair(studies, dataset, objective)
+    return float(rows["best_value"].iloc[0]) if len(rows) and pd.notna(rows["best_value"].iloc[0]) else None
+
+
+def selection_rows(ref: Runs, wrk: Runs, dataset: str) -> list[dict]:
+    """Rules 1 and 4 per objective of ``dataset`` that the worker runs hold."""
+    rows = []
+    objectives = sorted({o for s in wrk.studies.values() for o in s[s["dataset"] == dataset]["objective"]})
+    for objective in objectives:
+        bests = {n: _best(s, dataset, objective) for n, s in ref.studies.items()}
+        bests = {n: b for n, b in bests.items() if b is not None}
+        wbests = {n: _best(s, dataset, objective) for n, s in wrk.studies.items()}
+        wbests = {n: b for n, b in wbests.items() if b is not None}
+        if len(bests) < 2 or not wbests:
+            continue
+        bar = float(np.median(list(bests.values())))
+        row = {"dataset": dataset, "objective": objective, "bar": bar,
+               "best": compare(list(bests.values()), list(wbests.values()))}  # fmt: skip
+        ref_trials = {n: trials_summary(_pair(t, dataset, objective), bar) for n, t in ref.trials.items()}
+        wrk_trials = {n: trials_summary(_pair(t, dataset, objective), bar) for n, t in wrk.trials.items()}
+        ref_trials = {n: v for n, v in ref_trials.items() if v[2]}
+        wrk_trials = {n: v for n, v in wrk_trials.items() if v[2]}
+        if len(ref_trials) >= 2 and wrk_trials:
+            row["trials_mean"] = compare(
+                [v[0] for v in ref_trials.values()], [v[0] for v in wrk_trials.values()]
+            )
+            row["near_best"] = compare(
+                [v[1] for v in ref_trials.values()], [v[1] for v in wrk_trials.values()]
+            )
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class DatasetComparison:
+    dataset: str
+    jobs: int
+    worker_runs: list[str]
+    reference_runs: list[str]
+    objectives: list[dict]
+    cells: pd.DataFrame
+    claims: Comparison | None
+    claim_table: list[tuple[str, str, list[str], list[str]]]  # (claim, flavour, reference outcomes, workers')
+    verdict: str
+
+
+def compare_dataset(ref: Runs, wrk: Runs, dataset: str, jobs: int) -> DatasetComparison:
+    """Rules 1 to 4 and the verdict on ``dataset`` for the worker runs of ``jobs`` workers (``wrk``)."""
+    wnames = sorted(n for n, r in wrk.results.items() if dataset in set(r["dataset"]))
+    rnames = [n for n, r in ref.results.items() if dataset in set(r["dataset"])]
+    mine = Runs(*({n: runs[n] for n in wnames} for runs in (wrk.results, wrk.studies, wrk.trials)))
+    objectives = selection_rows(ref, mine, dataset)
+    only = {n: r[r["dataset"] == dataset] for n, r in ref.results.items() if n in rnames}
+    cells = cell_checks(only, {n: wrk.results[n][wrk.results[n]["dataset"] == dataset] for n in wnames})
+    r_out = [claim_outcomes(ref.results[n], dataset) for n in rnames]
+    w_out = [claim_outcomes(wrk.results[n], dataset) for n in wnames]
+    claims = agreement_check(r_out, w_out) if len(r_out) >= 2 and w_out else None
+    keys = sorted({k for o in r_out + w_out for k in o})
+    table = [
+        (c, f, [o.get((c, f), "—") for o in r_out], [o.get((c, f), "—") for o in w_out]) for c, f in keys
+    ]
+    verdict = NOT_COMPARED
+    if len(rnames) >= 2:
+        verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
+                                  claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
+    return DatasetComparison(dataset, jobs, wnames, rnames, objectives, cells, claims, table, verdict)
+
+
+def comparisons(data: Path) -> list[DatasetComparison]:
+    """Every dataset of every worker count published under ``data``, compared with the reference runs."""
+    workers = layout.workers_data_dirs(data)
+    if not workers:
+        return []
+    ref = read_runs(reference_folders(data))
+    out = []
+    for jobs in sorted({j for j, _ in workers}):
+        wrk = read_runs({name: folder for (j, name), folder in workers.items() if j == jobs})
+        for dataset in sorted({d for r in wrk.results.values() for d in r["dataset"]}):
+            out.append(compare_dataset(ref, wrk, dataset, jobs))
+    return out
+
+
+# ---- the report's blocks -----------------------------------------------------------------------------------
+def _f(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _values(values: Sequence[float]) -> str:
+    return " / ".join(_f(v) for v in values)
+
+
+def _range(c: Comparison) -> str:
+    return f"{_f(c.mean)} ± {_f(c.half_one)}"
+
+
+def _side_counts(cells: pd.DataFrame) -> tuple[int, int, int]:
+    return len(cells), int((cells["outcome"] == V.WORSE).sum()), int((cells["outcome"] == V.BETTER).sum())
+
+
+def _runs_in(c: DatasetComparison) -> str:
+    k = len(c.worker_runs)
+    state = "final" if k >= PLANNED_RUNS else f"provisional until all {PLANNED_RUNS} are in"
+    return f"{k} of {PLANNED_RUNS} planned runs at {c.jobs} workers in: {', '.join(c.worker_runs)}; {state}"
+
+
+def summary_line(c: DatasetComparison) -> str:
+    """One dataset's verdict in a line, with what it rests on."""
+    within = sum(o["best"].outcome == V.INDISTINGUISHABLE for o in c.objectives)
+    n, worse, better = _side_counts(c.cells)
+    bound = side_bound(n)
+    claims = "claims: not compared"
+    if c.claims:
+        claims = (f"claim outcomes (per claim and flavour) agree with the 1-2 worker runs' in a share "
+                  f"{_values(c.claims.workers)}, against {_values(c.claims.reference)} among those runs: "
+                  f"{c.claims.outcome}")  # fmt: skip
+    trials = [o for o in c.objectives if "trials_mean" in o]
+    lower = sum(np.mean(o["trials_mean"].workers) < o["trials_mean"].mean for o in trials)
+    trials_worse = sum(o["trials_mean"].outcome == V.WORSE for o in trials)
+    return (f"**{c.dataset}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
+            f"1-2 worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction "
+            f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side); {claims}. "
+            f"Trials: mean validation score "
+            f"lower than the 1-2 worker runs' mean on {lower} of {len(trials)} objectives, worse beyond the "
+            f"interval on {trials_worse}.")  # fmt: skip
+
+
+def advice(found: list[DatasetComparison]) -> str:
+    """What the README advises about workers, and whether the verdicts change that yet."""
+    runs = min(len(c.worker_runs) for c in found)
+    worse = [c.dataset for c in found if c.verdict == V.WORSE]
+    text = (f'The README advises "{README_ADVICE}" (`docs/reproduction.md`; `reproduce.jobs` defaults to the CPU '
+            f"count). ")  # fmt: skip
+    if runs < PLANNED_RUNS:
+        text += (f"With {runs} of {PLANNED_RUNS} worker runs in, the verdicts are provisional and the README is "
+                 "unchanged")  # fmt: skip
+        return text + (f"; if the verdict on {', '.join(worse)} stays *worse* at {PLANNED_RUNS} runs, the README "
+                       "states the measured limit." if worse else ".")  # fmt: skip
+    if worse:
+        return (
+            text + f"The verdict is *worse* on {', '.join(worse)}: the README must state the measured limit."
+        )
+    return text + "No dataset is *worse*: the advice stands."
+
+
+def summary_block(found: list[DatasetComparison]) -> str:
+    if not found:
+        return NONE_YET
+    lines = [f"- {summary_line(c)}" for c in found]
+    return "\n".join([*lines, "", advice(found), "Rules and every number: DETAILS.md."])
+
+
+def details_block(found: list[DatasetComparison]) -> str:
+    if not found:
+        return NONE_YET
+    out = [
+        "Reference runs: the published run and its replicates (1 or 2 worker processes); worker runs: "
+        "`workers/jobs=<N>/sampler_seed=<k>` in the published data (command and commit in each "
+        "`provenance.json`). Rules: `kcal.publish.worker_count` (a 95 % prediction interval from the reference runs, "
+        f"t with R - 1 degrees of freedom; near the best: a score at least the reference runs' median best "
+        f"score less {MARGIN:g}).", "",
+        "| dataset | objective | best score, 1-2 workers | mean ± prediction (one run) | N workers | each | "
+        "outcome | trials' mean score, 1-2 workers | N workers | outcome | share near the best (bar), 1-2 "
+        "workers | N workers | outcome |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for c in found:
+        for o in c.objectives:
+            b = o["best"]
+            cells = [c.dataset, o["objective"], _values(b.reference), _range(b),
+                     f"{_values(b.workers)} ({c.jobs})", ", ".join(b.each), b.outcome]  # fmt: skip
+            for key in ("trials_mean", "near_best"):
+                t = o.get(key)
+                label = f" ({_f(o['bar'])})" if key == "near_best" else ""
+                cells += (
+                    [f"{_values(t.reference)}{label}", _values(t.workers), t.outcome]
+                    if t
+                    else ["—", "—", "—"]
+                )
+            out.append("| " + " | ".join(cells) + " |")
+    for c in found:
+        n, worse, better = _side_counts(c.cells)
+        out += ["", f"**{c.dataset}, {c.jobs} workers: {c.verdict}** ({_runs_in(c)}).", "",
+                f"- Test cells (Tables 4 and 5, both flavours) outside the prediction interval of the "
+                f"{len(c.reference_runs)} reference runs: {worse} worse, {better} better of {n} (chance alone: at "
+                f"most {side_bound(n)} each side)."]  # fmt: skip
+        beyond = c.cells[c.cells["verdict"] == OUTSIDE]
+        for r in beyond.to_dict("records"):
+            out.append(f"  - {r['run']}: {r['flavour']} Table {TABLES[r['table']].number} {r['row']} {r['metric']} "
+                       f"{_f(r['value'])} against {_f(r['mean'])} ± {_f(r['half'])}: {r['outcome']}")  # fmt: skip
+        if c.claims:
+            out.append(f"- Claims: each run's agreement with the others, 1-2 workers {_values(c.claims.reference)}, "
+                       f"{c.jobs} workers {_values(c.claims.workers)}: {c.claims.outcome}. Outcomes per run "
+                       f"(reference runs {', '.join(c.reference_runs)}; then the worker runs):")  # fmt: skip
+            for claim, flavour, r_out, w_out in c.claim_table:
+                out.append(f"  - {claim} {flavour}: {', '.join(r_out)}; {', '.join(w_out)}")
+    return "\n".join(out)
+
+
+def workers_blocks(data: Path) -> dict[str, str]:
+    """The report's generated blocks ``workers:summary`` (RESULTS.md) and ``workers`` (DETAILS.md)."""
+    found = comparisons(Path(data))
+    return {"workers:summary": summary_block(found), "workers": details_block(found)}

@@ -1,0 +1,199 @@
+"""Publish a finished run of the protocol on N worker processes as a worker-count replicate:
+``kcal workers-report <root> <dest> --commit <sha>``.
+
+A *worker-count replicate* is one more run of the whole protocol with ``reproduce.jobs=N`` and a sampler seed of
+the published run or of one of its replicates (which ran on 1 or 2 workers). Its numbers are package data beside
+the published ones, in their own group (:func:`kcal.core.layout.workers_data_dir`):
+``<data>/workers/jobs=<N>/sampler_seed=<k>/`` with ``results.csv``, ``studies.csv``, ``trials/`` (every trial,
+its validation and test metrics and its per-epoch ``curve``; :mod:`kcal.publish.trials`) and ``provenance.json``
+(:func:`provenance`: the ``kcal reproduce`` command of each sitting, from the root's recorded overrides, and the
+commit of the code that ran it, which the root does not record and ``--commit`` gives). They never enter the
+published numbers, the replicates' protocol spread or the claims; the report compares them with those runs in
+its own section (:mod:`kcal.publish.worker_count`), regenerated here.
+
+N and k are read from the root's recorded configs (Hydra's ``logs/*/.hydra/config.yaml``): every sitting of the
+root must agree on them. A root whose protocol has not finished is refused in one line naming what is missing
+(:func:`unfinished`): a study short of ``sweep.n_trials`` counted trials or with a trial still running, a seed
+rerun short of ``seeds_run.n_seeds`` finished seeds, a (dataset, objective) without rows in ``results.csv``.
+The root is only read; ``--storage`` points at a copy of its ``sweeps.db`` where the root must stay untouched
+(SQLite in WAL mode writes beside a database it opens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from kcal.core import layout
+from kcal.core.errors import ConfigError, IncompleteError, exits_on_user_error
+from kcal.paper import PAPER_DATASETS, PAPER_OBJECTIVES
+from kcal.publish.report import render, report_info, study_rows
+from kcal.publish.trials import trial_rows, write_trials
+from kcal.sweep.studies import counted
+
+COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+def recorded(root: Path) -> list[dict]:
+    """Each ``kcal reproduce`` sitting of ``root`` (first first): its start (the run folder's name), the overrides
+    it was given and its composed config (as a plain dict)."""
+    out = []
+    for config in layout.recorded_configs(root):
+        overrides = layout.recorded_overrides(config)
+        out.append({
+            "started": config.parents[1].name,
+            "overrides": [str(o) for o in OmegaConf.load(overrides)] if overrides.is_file() else [],
+            "config": OmegaConf.to_container(OmegaConf.load(config), resolve=False),
+        })  # fmt: skip
+    return out
+
+
+def run_settings(root: Path) -> dict:
+    """What every sitting of ``root`` agrees on: ``jobs``, ``sampler_seed``, ``task``, ``profile``, ``datasets``,
+    ``objectives``, ``n_trials``, ``n_seeds``; :class:`ConfigError` where the root records no sitting, records
+    no worker count, or its sittings differ in any of them."""
+    sittings = recorded(root)
+    if not sittings:
+        raise ConfigError(f"{root} records no kcal reproduce run (no logs/*/.hydra/config.yaml); is it a "
+                          "reproduction root?")  # fmt: skip
+    found = []
+    for s in sittings:
+        cfg = s["config"]
+        task = cfg["task"]
+        repro = cfg.get("reproduce", {})
+        found.append({
+            "jobs": repro.get("jobs"), "sampler_seed": cfg["sweep"].get("sampler_seed"), "task": task,
+            "profile": cfg.get("profile_name"),
+            "datasets": list(repro.get("datasets") or PAPER_DATASETS[task]),
+            "objectives": list(repro.get("objectives") or PAPER_OBJECTIVES[task]),
+            "n_trials": int(cfg["sweep"]["n_trials"]), "n_seeds": int(cfg["seeds_run"]["n_seeds"]),
+        })  # fmt: skip
+    differ = sorted(k for k in found[0] if any(f[k] != found[0][k] for f in found[1:]))
+    if differ:
+        raise ConfigError(f"the kcal reproduce runs recorded in {root} differ in {', '.join(differ)}; a "
+                          "worker-count replicate is one protocol run with one setting of each")  # fmt: skip
+    if found[0]["jobs"] is None:
+        raise ConfigError(f"{root} was run without reproduce.jobs (the CPU count of a machine it does not "
+                          "record); its number of workers is not known")  # fmt: skip
+    return {**found[0], "jobs": int(found[0]["jobs"])}
+
+
+def unfinished(root: Path, settings: dict, storage: str | None = None) -> list[str]:
+    """What the protocol recorded in ``root`` still lacks (empty: it has finished), one phrase per study or seed
+    rerun, e.g. ``heart-disease/xe 57 of 100 trials``."""
+    import optuna
+
+    url = storage or layout.sqlite_url(root)
+    results = layout.results_file(root)
+    if not results.is_file():
+        return [f"no {layout.RESULTS_FILE} (written when the protocol ends)"]
+    if storage is None and not layout.storage_file(root).is_file():
+        return [f"no {layout.STORAGE_FILE}"]
+    names = {}
+    for name in optuna.get_all_study_names(url):
+        dataset, objective, _, selection = layout.parse_study_name(name)
+        if selection == layout.PAPER_SELECTION:
+            names[(dataset, objective)] = name
+    rows = pd.read_csv(results)
+    has_rows = set(zip(rows["dataset"], rows["objective"], strict=True))
+    missing = []
+    for dataset in settings["datasets"]:
+        for objective in settings["objectives"]:
+            pair = f"{dataset}/{objective}"
+            if (dataset, objective) not in names:
+                missing.append(f"{pair} has no study")
+                continue
+            done, running = counted(optuna.load_study(study_name=names[(dataset, objective)], storage=url))
+            if done < settings["n_trials"] or running:
+                missing.append(
+                    f"{pair} {done} of {settings['n_trials']} trials"
+                    + (f" ({running} running)" if running else "")
+                )
+            seeds = len(layout.finished_seed_files(layout.label_dir(root, dataset, objective)))
+            if seeds < settings["n_seeds"]:
+                missing.append(f"{pair} {seeds} of {settings['n_seeds']} seeds")
+            elif (dataset, objective) not in has_rows:
+                missing.append(f"{pair} has no rows in {layout.RESULTS_FILE}")
+    return missing
+
+
+def provenance(root: Path, settings: dict, commit: str) -> dict:
+    """``provenance.json``: the worker count and sampler seed, the budget, the commit, and the command of each
+    sitting of the root (``kcal reproduce`` and its recorded overrides)."""
+    return {
+        "jobs": settings["jobs"], "sampler_seed": settings["sampler_seed"], "commit": commit,
+        "profile": settings["profile"], "task": settings["task"], "datasets": settings["datasets"],
+        "objectives": settings["objectives"], "n_trials": settings["n_trials"], "n_seeds": settings["n_seeds"],
+        "commands": [{"started": s["started"], "command": "kcal reproduce " + shlex.join(s["overrides"])}
+                     for s in recorded(root)],
+    }  # fmt: skip
+
+
+def replicate_name(settings: dict) -> str:
+    """``sampler_seed=<k>``, as the replicates of the published run are named."""
+    return f"sampler_seed={settings['sampler_seed']}"
+
+
+def publish_workers(root: Path, dest: Path, commit: str, storage: str | None = None) -> list[Path]:
+    """Publish ``root`` (a finished protocol run on several workers) as a worker-count replicate of the report in
+    ``dest`` and regenerate the report; returns the files written. Refuses (:class:`IncompleteError`, one line) a
+    root whose protocol has not finished, and (:class:`ConfigError`) a commit that is not a hexadecimal hash."""
+    if not COMMIT.fullmatch(commit):
+        raise ConfigError(
+            f"--commit {commit!r} is not a git commit hash (7 to 40 lowercase hexadecimal digits)"
+        )
+    settings = run_settings(root)
+    missing = unfinished(root, settings, storage)
+    if missing:
+        raise IncompleteError(f"{root} has not finished its protocol: {'; '.join(missing)}; finish it with its "
+                              "kcal reproduce command (the same overrides), then publish it")  # fmt: skip
+    _, data = report_info(dest)
+    folder = layout.workers_data_dir(data, settings["jobs"], replicate_name(settings))
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = {(d, o) for d in settings["datasets"] for o in settings["objectives"]}
+
+    def ran(frame: pd.DataFrame) -> pd.DataFrame:
+        keep = [(d, o) in pairs for d, o in zip(frame["dataset"], frame["objective"], strict=True)]
+        return frame[keep].sort_values(["dataset", "objective"], kind="stable", ignore_index=True)
+
+    ran(pd.read_csv(layout.results_file(root))).to_csv(folder / layout.RESULTS_FILE, index=False)
+    ran(study_rows(root, storage)).to_csv(folder / layout.STUDIES_FILE, index=False)
+    for old in layout.trials_tables(folder):
+        old.unlink()
+    written = write_trials(ran(trial_rows(root, storage)), folder)
+    (folder / layout.PROVENANCE_FILE).write_text(
+        json.dumps(provenance(root, settings, commit), indent=1) + "\n", encoding="utf-8"
+    )
+    render(dest, dest)
+    return [
+        folder / layout.RESULTS_FILE,
+        folder / layout.STUDIES_FILE,
+        *written,
+        folder / layout.PROVENANCE_FILE,
+    ]
+
+
+@exits_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kcal workers-report", description=__doc__.split("\n")[0])
+    p.add_argument("root", type=Path, help="the finished reproduction root, e.g. outputs/reproduce/w8-s1")
+    p.add_argument("dest", type=Path, help="the report it joins, e.g. docs/results/full")
+    p.add_argument(
+        "--commit", required=True, help="the git commit of the code that ran the root (it records none)"
+    )
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
+    args = p.parse_args(argv)
+    for path in publish_workers(args.root, args.dest, args.commit, args.storage):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""kcal.publish.worker_count: the rules that compare runs of the protocol on N workers with the runs on 1 or 2, at their
+boundaries, on synthetic runs (the published heart-disease rows, shifted)."""
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kcal.publish import verdicts as V
+from kcal.publish.protocol_spread import PUBLISHED, prediction_half_width
+from kcal.publish.report import data_dir
+from kcal.publish.trials import KEY_COLUMNS
+from kcal.publish.worker_count import (
+    MARGIN,
+    NOT_COMPARED,
+    OUTSIDE,
+    README_ADVICE,
+    WITHIN,
+    Runs,
+    agreement,
+    agreement_check,
+    cell_checks,
+    claim_outcomes,
+    compare,
+    compare_dataset,
+    dataset_verdict,
+    mean_half_width,
+    side_bound,
+    trials_summary,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+EPS = 1e-6
+
+
+@pytest.fixture(scope="module")
+def heart():
+    published = pd.read_csv(data_dir("full") / "results.csv")
+    return published[published["dataset"] == "heart-disease"].reset_index(drop=True)
+
+
+def test_the_interval_for_one_more_run_is_the_protocol_spreads_and_narrows_with_more_runs():
+    for sd, runs in ((0.04, 5), (0.1, 3), (0.0, 4)):
+        assert mean_half_width(sd, runs) == pytest.approx(prediction_half_width(sd, runs, 0.0, 0.0))
+    assert mean_half_width(0.04, 5, 5) == pytest.approx(mean_half_width(0.04, 5) * math.sqrt(0.4 / 1.2))
+    with pytest.raises(ValueError):
+        mean_half_width(0.04, 5, 0)
+
+
+def test_the_selection_score_at_the_edge_of_the_interval_is_indistinguishable_and_beyond_it_is_not():
+    ref = [0.61, 0.72, 0.65, 0.68, 0.64]
+    base = compare(ref, [0.66])
+    low, high = base.mean - base.half_one, base.mean + base.half_one
+    at = compare(ref, [low])
+    assert at.outcome == V.INDISTINGUISHABLE and at.each == (WITHIN,)
+    assert compare(ref, [high]).outcome == V.INDISTINGUISHABLE
+    below, above = compare(ref, [low - EPS]), compare(ref, [high + EPS])
+    assert (below.outcome, below.each, above.outcome, above.each) == (
+        V.WORSE,
+        (OUTSIDE,),
+        V.BETTER,
+        (OUTSIDE,),
+    )
+    # lower is better: the same values, the other way round
+    assert compare(ref, [low - EPS], higher_is_better=False).outcome == V.BETTER
+    # five worker runs: their mean is held to the narrower interval, each run to the one-run interval
+    five = compare(ref, [low + EPS] * 5)
+    assert five.outcome == V.WORSE and five.each == (WITHIN,) * 5 and five.half < five.half_one
+
+
+def test_a_constant_reference_allows_only_its_value():
+    assert compare([1.0] * 5, [1.0]).outcome == V.INDISTINGUISHABLE
+    assert compare([1.0] * 5, [1.0 - EPS]).outcome == V.WORSE
+    with pytest.raises(ValueError):
+        compare([1.0], [1.0])
+
+
+def test_near_the_best_counts_a_score_exactly_at_the_margin():
+    bar = 0.7
+    trials = pd.DataFrame({"state": ["complete"] * 4 + ["fail"], "value": [bar, bar - MARGIN, bar - MARGIN - EPS,
+                                                                            0.5, 0.9]})  # fmt: skip
+    mean, share, n = trials_summary(trials, bar)
+    assert (
+        n == 4
+        and share == pytest.approx(0.5)
+        and mean == pytest.approx((3 * bar - 2 * MARGIN - EPS + 0.5) / 4)
+    )
+    assert math.isnan(trials_summary(trials[trials["state"] == "fail"], bar)[0])
+
+
+def _runs(heart, shifts: dict[str, float]) -> dict[str, pd.DataFrame]:
+    return {name: heart.assign(mean=heart["mean"] * (1 + s)) for name, s in shifts.items()}
+
+
+def test_a_cell_is_judged_by_its_metrics_direction_at_the_edge_of_its_interval(heart):
+    reference = _runs(heart, {PUBLISHED: 0.0, "sampler_seed=1": 0.02, "sampler_seed=2": -0.02})
+    same = cell_checks(reference, {"w": heart})
+    assert len(same) == 64 and set(same["verdict"]) == {WITHIN}  # 2 tables x 4 rows x 4 metrics x 2 flavours
+    cell = same[(same["flavour"] == "exact") & (same["table"] == "classification") & (same["row"] == "XE")
+                & (same["metric"] == "acc")].iloc[0]  # fmt: skip
+    is_acc = (heart["objective"] == "xe") & (heart["recalibrator"] == "none") & (heart["flavour"] == "exact") & (
+        heart["metric"] == "acc")  # fmt: skip
+    for offset, outcome in ((-cell["half"] + EPS, V.INDISTINGUISHABLE), (-cell["half"] - EPS, V.WORSE),
+                            (cell["half"] + EPS, V.BETTER)):  # fmt: skip
+        moved = heart.copy()
+        moved.loc[is_acc, "mean"] = (cell["mean"] + offset) / 100  # accuracy is displayed in %
+        checks = cell_checks(reference, {"w": moved})
+        assert list(checks[checks["outcome"] != V.INDISTINGUISHABLE]["outcome"]) == (
+            [] if outcome == V.INDISTINGUISHABLE else [outcome]
+        )
+    ece = heart.assign(mean=heart["mean"].where(heart["metric"] != "ece", heart["mean"] * 3))
+    assert set(cell_checks(reference, {"w": ece}).query("metric == 'ece'")["outcome"]) == {V.WORSE}
+
+
+def test_chance_allows_a_few_cells_each_side():
+    assert side_bound(0) == 0 and side_bound(64) == 4
+    assert side_bound(64 * 5) > side_bound(64)
+
+
+def _cells(worse: int, better: int, n: int = 64) -> pd.DataFrame:
+    return pd.DataFrame({"outcome": [V.WORSE] * worse + [V.BETTER] * better
+                         + [V.INDISTINGUISHABLE] * (n - worse - better)})  # fmt: skip
+
+
+def test_the_dataset_verdict_at_its_boundaries():
+    even = [V.INDISTINGUISHABLE] * 4
+    bound = side_bound(64)
+    assert dataset_verdict(even, _cells(bound, bound), V.INDISTINGUISHABLE) == V.INDISTINGUISHABLE
+    assert dataset_verdict(even, _cells(bound + 1, 0), V.INDISTINGUISHABLE) == V.WORSE
+    assert dataset_verdict(even, _cells(0, bound + 1), V.INDISTINGUISHABLE) == V.BETTER
+    assert dataset_verdict([*even[:3], V.WORSE], _cells(0, bound + 1), V.INDISTINGUISHABLE) == V.WORSE
+    assert dataset_verdict([*even[:3], V.BETTER], _cells(0, 0), V.INDISTINGUISHABLE) == V.BETTER
+    assert dataset_verdict([*even[:3], V.BETTER], _cells(0, 0), V.WORSE) == V.WORSE
+
+
+def test_claims_agree_where_the_outcomes_are_equal(heart):
+    a = claim_outcomes(heart, "heart-disease")
+    assert {c for c, _ in a} == {"C1", "C2", "C3", "C4a", "C4b"} and len(a) == 10
+    assert claim_outcomes(heart, "adult") == {}
+    flipped = {k: (V.WORSE if v != V.WORSE else V.BETTER) for k, v in a.items()}
+    assert agreement(a, a) == 1.0 and agreement(a, flipped) == 0.0 and math.isnan(agreement(a, {}))
+    # reference runs that always agree: a worker run that disagrees once is worse, one that agrees is not
+    one_off = dict(a)
+    key = next(iter(a))
+    one_off[key] = V.WORSE if a[key] != V.WORSE else V.BETTER
+    assert agreement_check([a, a, a], [a]).outcome == V.INDISTINGUISHABLE
+    check = agreement_check([a, a, a], [one_off])
+    assert check.outcome == V.WORSE and check.workers == (pytest.approx(0.9),)
+    with pytest.raises(ValueError):
+        agreement_check([a], [a])
+
+
+def test_the_readme_still_gives_the_advice_the_section_quotes():
+    assert README_ADVICE in " ".join((REPO / "README.md").read_text().split())
+
+
+def test_a_dataset_with_one_reference_run_is_not_compared(heart):
+    studies = pd.read_csv(data_dir("full") / "studies.csv")
+    runs = Runs({PUBLISHED: heart}, {PUBLISHED: studies}, {PUBLISHED: pd.DataFrame(columns=KEY_COLUMNS)})
+    found = compare_dataset(runs, runs, "heart-disease", 8)
+    assert found.verdict == NOT_COMPARED and found.objectives == [] and found.cells.empty
