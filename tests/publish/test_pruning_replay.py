@@ -58,3 +58,43 @@ def test_a_study_without_curves_has_no_replay_rows(tmp_path):
     rows = replay({"kept": tmp_path}, ["median_warmup5", "sha_min5"])
     assert list(rows["setting"]) == ["median_warmup5", "sha_min5"] and set(rows["trials"]) == {12}
     assert summary(rows).loc[0, "survived"] == 0.0
+
+
+def _summary(survived, regret_max, saved) -> pd.DataFrame:
+    return pd.DataFrame({"setting": ["a", "b", "c"], "studies": 20, "survived": survived, "regret_median": 0.0,
+                         "regret_max": regret_max, "epochs_saved": saved, "reg_share": 0.0, "reg_share_full": 0.0})  # fmt: skip
+
+
+def test_the_setting_is_chosen_by_survival_then_largest_regret_then_epochs_saved():
+    from kcal.publish.pruning_replay import MIN_SURVIVAL, choose
+
+    assert choose(_summary([0.9, 0.85, 0.95], [0.0, 0.0, 0.1], [0.9, 0.9, 0.1])) == "c"  # survival first
+    assert choose(_summary([0.9, 0.9, 0.5], [0.02, 0.01, 0.0], [0.9, 0.1, 0.9])) == "b"  # then largest regret
+    assert choose(_summary([0.9, 0.9, 0.5], [0.01, 0.01, 0.0], [0.4, 0.6, 0.9])) == "b"  # then epochs saved
+    at = MIN_SURVIVAL
+    assert (
+        choose(_summary([at, at - 0.01, 0.0], [0.0, 0.0, 0.0], [0.5, 0.9, 0.9])) == "a"
+    )  # at the bar: allowed
+    assert choose(_summary([at - 0.01] * 3, [0.0] * 3, [0.5] * 3)) is None
+
+
+def test_published_replay_feeds_the_report_blocks(tmp_path):
+    from kcal.core import layout
+    from kcal.publish.pruning_replay import main, pruning_blocks
+
+    assert "no replay published yet" in pruning_blocks(tmp_path)["pruning"]
+    run = layout.workers_data_dir(tmp_path, 8, "sampler_seed=1")
+    (run / "trials").mkdir(parents=True)
+    (run / layout.RESULTS_FILE).write_text("dataset\n")
+    frame = study(late_start=15).assign(dataset="crime", objective="nll", study="s", status="ok", params="{}")
+    frame.to_csv(run / "trials" / "crime__nll.csv", index=False)
+    main(["--publish", str(tmp_path)])
+    rows = pd.read_csv(layout.pruning_replay_file(tmp_path))
+    assert (
+        set(rows["source"]) == {"workers/jobs=8/sampler_seed=1"} and len(rows) == 6
+    )  # one study, 6 settings
+    blocks = pruning_blocks(tmp_path)
+    # median_warmup20 and the sha settings that do not cut trial 8 keep it (survival 100 %): one is chosen
+    assert "Pruners replayed over 1 studies" in blocks["pruning:summary"] and "(chosen)" in blocks["pruning"]
+    with pytest.raises(SystemExit):
+        main(["--publish", str(tmp_path), str(tmp_path)])  # folders and --publish: one or the other

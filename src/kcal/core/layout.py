@@ -182,8 +182,16 @@ def replicate_data_dirs(data: Path | str) -> dict[str, Path]:
     }
 
 
+PRUNING_REPLAY_FILE = (
+    "pruning_replay.csv"  # in a published data folder: the pruners replayed over its studies
+)
 WORKERS_FOLDER = "workers"  # in a published data folder: workers/jobs=<n>/<name>/results.csv, ...
 PROVENANCE_FILE = "provenance.json"  # in a worker-count replicate: the command and commit that made it
+
+
+def pruning_replay_file(data: Path | str) -> Path:
+    """``<data>/pruning_replay.csv``: the pruners replayed over a published data folder's studies."""
+    return Path(data) / PRUNING_REPLAY_FILE
 
 
 def workers_data_dir(data: Path | str, jobs: int, name: str) -> Path:

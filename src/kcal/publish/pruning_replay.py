@@ -2,6 +2,11 @@
 and whether the protocol would still have selected what it selected.
 
     python -m kcal.publish.pruning_replay <data folder> [<data folder> ...] [--out replay.csv]
+    python -m kcal.publish.pruning_replay --publish src/kcal/resources/results/full
+
+``--publish <data>`` replays every folder under the published data folder ``<data>`` whose trials carry curves
+(its runs on N worker processes, its replicates and experiments) and writes the rows to
+``<data>/pruning_replay.csv``, which the report's ``pruning`` blocks read (:func:`pruning_blocks`).
 
 A data folder is a published one (``src/kcal/resources/results/full``, a replicate's or an experiment's
 folder) whose trials tables carry the trials' per-epoch validation curves (``curve``,
@@ -35,6 +40,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
+from kcal.core import layout
 from kcal.publish.trials import read_curve, read_trials
 from kcal.sweep.pruners import SETTINGS, reported, running_best
 
@@ -133,14 +139,103 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+MIN_SURVIVAL = 0.8
+"""The setting a pruned protocol runs is chosen among those under which the full protocol's selected trial
+survives in at least this share of the replayed studies (:func:`choose`)."""
+
+
+def choose(table: pd.DataFrame) -> str | None:
+    """The setting to run as a pruned protocol, by a rule fixed before the pruned runs: the highest share of
+    studies whose selected trial survives, then the smallest largest regret, then the most epochs saved,
+    among the settings with a survival of at least :data:`MIN_SURVIVAL`; None when no setting reaches it.
+    ``table``: :func:`summary`'s."""
+    ok = table[table["survived"] >= MIN_SURVIVAL - 1e-12]
+    if ok.empty:
+        return None
+    ranked = ok.assign(neg_survived=-ok["survived"], neg_saved=-ok["epochs_saved"])
+    return str(
+        ranked.sort_values(["neg_survived", "regret_max", "neg_saved"], kind="stable").iloc[0]["setting"]
+    )
+
+
+def curve_sources(data: Path) -> dict[str, Path]:
+    """The folders under the published data folder ``data`` whose trials tables carry curves, by a name
+    relative to ``data`` (``.`` for ``data`` itself)."""
+    folders = [Path(data), *layout.replicate_data_dirs(data).values(), *layout.experiment_data_dirs(data),
+               *layout.workers_data_dirs(data).values()]  # fmt: skip
+    out = {}
+    for folder in folders:
+        trials = read_trials(folder)
+        if "curve" in trials.columns and trials["curve"].map(lambda c: len(read_curve(c)) > 0).any():
+            out[folder.relative_to(data).as_posix() if folder != Path(data) else "."] = folder
+    return out
+
+
+def publish(data: Path) -> pd.DataFrame:
+    """Replay every folder of :func:`curve_sources` and write ``<data>/pruning_replay.csv``; return its rows."""
+    rows = replay(curve_sources(Path(data)))
+    rows.to_csv(layout.pruning_replay_file(data), index=False, float_format="%.6g")
+    return rows
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def pruning_blocks(data: Path) -> dict[str, str]:
+    """The report's generated blocks ``pruning:summary`` (RESULTS.md) and ``pruning`` (DETAILS.md), from the
+    published ``pruning_replay.csv`` (none yet: a line saying so)."""
+    path = layout.pruning_replay_file(data)
+    if not path.is_file():
+        none = "(no replay published yet: `python -m kcal.publish.pruning_replay --publish <data>`)"
+        return {"pruning:summary": none, "pruning": none}
+    rows = pd.read_csv(path)
+    table = summary(rows)
+    n = int(rows.groupby(["source", "dataset", "objective"]).ngroups)
+    sources = sorted(set(rows["source"]))
+    pick = choose(table)
+    lines = ["| pruner setting | studies | selected trial survives | median regret | largest regret | "
+             "epochs saved (median) | selected share, pruned / full (median) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in table.itertuples(index=False):
+        mark = " (chosen)" if r.setting == pick else ""
+        lines.append(f"| `{r.setting}`{mark} | {r.studies} | {_pct(r.survived)} | {r.regret_median:.3g} | "
+                     f"{r.regret_max:.3g} | {_pct(r.epochs_saved)} | {r.reg_share:.2g} / {r.reg_share_full:.2g} |")  # fmt: skip
+    datasets = ", ".join(sorted(set(rows["dataset"])))
+    details = (f"{n} studies ({datasets}; from {', '.join(f'`{s}`' for s in sources)}) replayed under each "
+               "setting; regret in the study's selection score (validation accuracy for classes), 0 when the "
+               f"selected trial survives.\n\n" + "\n".join(lines))  # fmt: skip
+    if pick is None:
+        verdict = (
+            f"no setting keeps the full protocol's selected trial in {_pct(MIN_SURVIVAL)} of the studies"
+        )
+    else:
+        r = table.set_index("setting").loc[pick]
+        verdict = (f"the chosen setting, `{pick}`, keeps the full protocol's selected trial in "
+                   f"{_pct(r['survived'])} of them (largest regret {r['regret_max']:.3g}) and saves a median "
+                   f"{_pct(r['epochs_saved'])} of the sweeps' epochs")  # fmt: skip
+    short = (f"Pruners replayed over {n} studies' per-epoch curves: {verdict}. Whether a pruned protocol gives "
+             "the same answer is judged on its own replicates by `kcal.publish.equivalence`; until then the "
+             "full protocol is the reference.")  # fmt: skip
+    return {"pruning:summary": short, "pruning": details}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         prog="python -m kcal.publish.pruning_replay", description=__doc__.split("\n\n")[0]
     )
-    p.add_argument("folders", nargs="+", type=Path, help="published data folders with trials/ tables")
+    p.add_argument("folders", nargs="*", type=Path, help="published data folders with trials/ tables")
     p.add_argument("--out", type=Path, help="write the per-study rows here (CSV)")
+    p.add_argument("--publish", type=Path, metavar="DATA", help="replay every folder of a published data folder "
+                   "with curves into DATA/pruning_replay.csv")  # fmt: skip
     args = p.parse_args(argv)
-    rows = replay({str(f): f for f in args.folders})
+    if bool(args.folders) == bool(args.publish):
+        p.error("give data folders to replay, or --publish DATA (not both)")
+    if args.publish:
+        rows = publish(args.publish)
+        print(f"wrote {layout.pruning_replay_file(args.publish)} ({len(rows)} rows)")
+    else:
+        rows = replay({str(f): f for f in args.folders})
     if rows.empty:
         raise SystemExit("no study with per-epoch curves in " + ", ".join(map(str, args.folders)))
     if args.out:

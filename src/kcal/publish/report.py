@@ -69,6 +69,7 @@ from kcal.publish.protocol_spread import (
     spread_markdown,
     summary_markdown,
 )
+from kcal.publish.pruning_replay import pruning_blocks
 from kcal.publish.report_tables import budget_summary, budget_table, side_by_side, studies_table
 from kcal.publish.selected_kernels import kernels_markdown, selected_kernels
 from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
@@ -287,6 +288,7 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     generated["answer:why"] = why_sentences(kernels)
     generated["selection"] = kernels_markdown(kernels)
     generated.update(workers_blocks(data))  # ``workers``, ``workers:summary``: runs on N worker processes
+    generated.update(pruning_blocks(data))  # ``pruning``, ``pruning:summary``: pruners replayed over studies
     for ds in sorted(set(results["dataset"])):
         generated[f"dataset:{ds}:summary"] = dataset_line(summaries, classes, ds)
     if replicates:
