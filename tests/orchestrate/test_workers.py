@@ -96,3 +96,27 @@ def test_core_scaling_script_runs():
     out = subprocess.run([sys.executable, "-m", "kcal.bench.core_scaling", "--steps", "5", "--repeats", "1"],
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert "scaling: min" in out.stdout
+
+
+def test_a_pool_that_keeps_breaking_gives_up_in_one_line(monkeypatch, capsys):
+    """Workers that die before any task finishes (killed faster than a trial takes, or out of memory on every
+    task): the pool starts again max_restarts times, then the command stops with one line (exit 2)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import pytest
+
+    from kcal.core.errors import IncompleteError
+    from kcal.core.progress import Progress
+    from kcal.orchestrate import workers
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise BrokenProcessPool("a process in the pool was terminated abruptly")
+
+    monkeypatch.setattr(workers, "run_pool_once", broken)
+    with pytest.raises(IncompleteError, match="broke 3 times in a row with no task finished") as err:
+        workers.run_pool([], 1, Progress(0, "test"), max_restarts=2)
+    assert len(calls) == 3 and "\n" not in str(err.value)
+    assert capsys.readouterr().err.count("pool started again") == 2

@@ -58,6 +58,7 @@ class Soak:
     kills: int = 0
     moves: int = 0
     restarts: int = 0
+    exit: int = 0  # the last run's exit status
 
 
 def kcal_command(args: list[str]) -> list[str]:
@@ -156,9 +157,8 @@ def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
                 print(f"soak: moved {root} -> {new_root} at {done} counted trials", file=log, flush=True)
                 out.roots.append(new_root)
                 proc = start(new_root)
-    if proc.returncode != 0:
-        raise RuntimeError(f"soak: the run exited {proc.returncode}; see {args.dir / 'soak.log'}")
     log.close()
+    out.exit = proc.returncode
     out.restarts = (args.dir / "soak.log").read_text().count("pool started again")
     return out
 
@@ -258,6 +258,12 @@ def main(argv: list[str] | None = None) -> None:
     args.dir.mkdir(parents=True, exist_ok=False)
     t0 = time.monotonic()
     result = soak(args, overrides)
+    if result.exit != 0:
+        last = [ln for ln in (args.dir / "soak.log").read_text().splitlines() if ln.startswith("error")]
+        print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: the run exited {result.exit} after "
+              f"{time.monotonic() - t0:.0f} s, {result.kills} workers killed, {result.restarts} pool restarts, "
+              f"{result.moves} moves ({last[-1] if last else 'see ' + str(args.dir / 'soak.log')})")  # fmt: skip
+        sys.exit(1)
     problems = check(args, overrides, result)
     print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: {args.trials} trials and {args.seeds} "
           f"seeds in {time.monotonic() - t0:.0f} s; {result.kills} workers killed, {result.restarts} pool restarts, "

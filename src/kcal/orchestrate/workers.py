@@ -26,6 +26,7 @@ from functools import cached_property
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.core.errors import IncompleteError
 from kcal.core.progress import Progress
 from kcal.orchestrate.costs import Prediction, predict
 from kcal.reruns.seeds import chunk_line, chunks, seed_dirs, seed_plan, summarize, train_seeds
@@ -178,8 +179,8 @@ def run_pool(
     so, and a new pool plans the work again from the storage and the seed folders, as a resumed command
     would: the trials that were running go stale once their heartbeat is older than ``sweep.grace_period``
     and are retried (:mod:`kcal.sweep.search`), seeds without a ``metrics.json`` are trained again, and
-    nothing finished runs twice. After ``max_restarts`` restarts in a row without a finished task the error
-    is raised."""
+    nothing finished runs twice. After ``max_restarts`` restarts in a row without a finished task it gives up
+    with an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a command)."""
     finished = Counter()
     restarts = in_a_row = 0
     while True:
@@ -194,7 +195,12 @@ def run_pool(
                 child.join()
             in_a_row = 0 if finished["tasks"] > before else in_a_row + 1
             if in_a_row > max_restarts:
-                raise
+                raise IncompleteError(
+                    f"the worker pool broke {in_a_row} times in a row with no task finished in between (a worker "
+                    "that dies on every task, e.g. out of memory, or workers killed faster than a trial "
+                    "finishes); what finished is kept: rerun the same command to resume (fewer "
+                    "reproduce.jobs if memory is short)"
+                ) from exc
             restarts += 1
             print(f"a worker process died ({exc}); pool started again (restart {restart_text(restarts, in_a_row)}); "
                   "its running trials are retried once their heartbeat is older than sweep.grace_period",
