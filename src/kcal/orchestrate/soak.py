@@ -19,8 +19,8 @@ its seeds) and, while it runs:
 At the end (:func:`check`): the last root's study holds exactly ``sweep.n_trials`` counted trials, no trial
 number is there twice and no retried trial counts beside its retry, and every seed finished once; then every
 seed is trained again from the recorded selected trial (``kcal seeds ... seeds_run.best_file=...``) in a fresh
-root and its metrics must equal the soaked ones (tolerance: :data:`METRIC_RTOL`). Exit 0 when all holds, 1
-otherwise; one line of counts either way. Other ``key=value`` arguments are passed to every ``kcal`` command
+root and its metrics must equal the soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of
+the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way. Other ``key=value`` arguments are passed to every ``kcal`` command
 (e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``). Linux only (reads ``/proc``).
 """
 
@@ -31,6 +31,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -48,6 +49,12 @@ METRIC_RTOL = 1e-5
 """A soaked seed's metrics against its fresh rerun: the same code on the same machine, but the seeds may
 train in other chunks (another stack size of the vectorised model), whose reductions may round differently
 in the last bits; 1e-5 relative (float32 training) is far below any seed-to-seed difference (~1e-2)."""
+SPREAD_SHARE = 0.01
+"""...or, where larger, this share of the metric's standard deviation over the seeds: a metric computed after
+an iterative float32 fit (the official flavour's temperature) carries those last-bit differences of the
+weights into ~1e-4 relative (measured: temperature 0.9065 vs 0.9067, ECE 0.25794 vs 0.25797, seed 13 of a
+soak), and one near 0 (a KCE of -3e-4) has no meaningful relative scale; a seed trained from a wrong
+configuration differs by about one standard deviation."""
 
 
 @dataclass
@@ -210,14 +217,20 @@ def rerun_problems(args: argparse.Namespace, overrides: list[str], root: Path) -
         subprocess.run(kcal_command(["seeds", f"dataset={dataset}", f"objective={objective}",
                                      f"seeds_run.best_file={best}", f"root={fresh}", *overrides]),
                        check=True, stdout=log, stderr=log)  # fmt: skip
-    for k in finished_seeds(root, dataset, objective):
-        soaked = json.loads(
-            layout.metrics_file(layout.seed_dir(layout.label_dir(root, dataset, objective), k)).read_text()
+    seeds = finished_seeds(root, dataset, objective)
+    metrics = {}
+    for k in seeds:
+        metrics[k] = tuple(
+            json.loads(
+                layout.metrics_file(layout.seed_dir(layout.label_dir(r, dataset, objective), k)).read_text()
+            )
+            for r in (root, fresh)
         )
-        again = json.loads(
-            layout.metrics_file(layout.seed_dir(layout.label_dir(fresh, dataset, objective), k)).read_text()
-        )
-        differ = [key for key, v in soaked.items() if isinstance(v, float) and not close(v, again.get(key))]
+    spread = seed_spread([again for _, again in metrics.values()])
+    for k in seeds:
+        soaked, again = metrics[k]
+        differ = [key for key, v in soaked.items()
+                  if isinstance(v, float) and not close(v, again.get(key), spread.get(key, 0.0))]  # fmt: skip
         if differ:
             problems.append(
                 f"seed {k}: {', '.join(differ[:3])} differ from a fresh run of its recorded config"
@@ -225,12 +238,23 @@ def rerun_problems(args: argparse.Namespace, overrides: list[str], root: Path) -
     return problems
 
 
-def close(a: float, b) -> bool:
+def seed_spread(runs: list[dict]) -> dict[str, float]:
+    """Each float metric's standard deviation over the seeds (ddof 1; 0 with fewer than 2 seeds)."""
+    keys = {k for r in runs for k, v in r.items() if isinstance(v, float)}
+    out = {}
+    for key in keys:
+        vals = [r[key] for r in runs if isinstance(r.get(key), float) and r[key] == r[key]]
+        out[key] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return out
+
+
+def close(a: float, b, spread: float = 0.0) -> bool:
+    """``|a - b| <= max(METRIC_RTOL max(|a|, |b|), SPREAD_SHARE spread)`` (both NaN: close)."""
     if not isinstance(b, int | float):
         return False
     if a != a and b != b:  # both NaN
         return True
-    return abs(a - b) <= METRIC_RTOL * max(abs(a), abs(b), 1e-8)
+    return abs(a - b) <= max(METRIC_RTOL * max(abs(a), abs(b), 1e-8), SPREAD_SHARE * spread)
 
 
 def parser() -> argparse.ArgumentParser:
