@@ -322,7 +322,6 @@ def ablation_value_dir(ablation: Path, key: str, value) -> Path:
 # ---- regularisation paths -------------------------------------------------------------------------------
 
 PATHS_FOLDER = "paths"  # in a root and in a published data folder: paths/<dataset>/<objective>.{csv,json}
-PATH_WEIGHT_KEY = "objective.weight"  # the key a path varies; its points' folders are named after it
 
 
 def paths_dir(folder: Path | str, dataset: str) -> Path:
@@ -334,7 +333,7 @@ def paths_dir(folder: Path | str, dataset: str) -> Path:
 def path_point_dir(paths: Path, objective: str, weight: float) -> Path:
     """``<paths>/<objective>/objective.weight=<λ>``: one point of a path (λ printed by ``%g``), its seeds under
     ``seeds/``."""
-    return Path(paths) / objective / f"{PATH_WEIGHT_KEY}={float(weight):g}"
+    return Path(paths) / objective / f"objective.weight={float(weight):g}"
 
 
 def path_table(paths: Path, objective: str) -> Path:
