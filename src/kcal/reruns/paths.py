@@ -251,8 +251,9 @@ def path_record(cfg: DictConfig, objective: str, start: dict, points: list[dict]
 
 
 def run_paths(cfg: DictConfig) -> dict[str, Path]:
-    """Train every pending point of the dataset's paths, then write each path's table and record; return the
-    tables written, by objective."""
+    """Train every pending point of the dataset's paths, λ = 0 first, then path by path; each path's table and
+    record are written as soon as its last point is trained (an interrupted run leaves the finished paths written).
+    Returns the tables written, by objective."""
     dataset = cfg.dataset.name
     names = regularisers(cfg)
     n_seeds = int(cfg.paths.n_seeds)
@@ -261,8 +262,7 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
     seeds = list(range(n_seeds))
     start, info = start_config(cfg)
     out = layout.paths_dir(cfg.root, dataset)
-    base = base_objective(dataset)
-    zero = Point(out, base, 0.0, seeds)
+    zero = Point(out, base_objective(dataset), 0.0, seeds)
     paths = {name: [zero, *(Point(out, name, w, seeds) for w in cfg.paths.grids[name])] for name in names}
     todo = [zero, *(p for pts in paths.values() for p in pts[1:])]
     left = [p for p in todo if p.pending()]
@@ -271,35 +271,45 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
                  f"writing to {out}")  # fmt: skip
     progress = Progress(len(left), "paths")
     spent: dict[tuple[str, float], float] = {}
-    for point in todo:
+
+    def train(point: Point) -> None:
         if not point.pending():
-            continue
-        t0, cpu = time.perf_counter(), time.process_time()
-        n = len(point.pending())
-        spent[(point.objective, point.weight)] = train_point(
-            point, point_config(start, point.objective, point.weight), info, cfg
-        )
+            return
+        t0, cpu, n = time.perf_counter(), time.process_time(), len(point.pending())
+        run_cfg = point_config(start, point.objective, point.weight)
+        spent[(point.objective, point.weight)] = train_point(point, run_cfg, info, cfg)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
         progress.advance(1, f"[paths {dataset}] {point.label()}: {n} seeds in {duration(seconds)}{cpu_note(cpu)}",
                          "point", seconds, cpu=cpu)  # fmt: skip
+
+    train(zero)
     written = {}
     for name, points in paths.items():
-        table = pd.concat([point_rows(p, dataset, name) for p in points], ignore_index=True)
-        table_path, record_path = layout.path_table(out, name), layout.path_record(out, name)
-        earlier, commit = earlier_points(record_path), checkout_commit()
-        entries = [point_entry(p, earlier.get(p.weight, {}), spent.get((p.objective, p.weight), 0.0), commit)
-                   for p in points]  # fmt: skip
-        prep = prepare_point(point_config(start, name, points[1].weight))
-        kernels = kernel_check(prep.data.train.x, prep.objective.params, int(start.trainer.batch_size),
-                               int(cfg.paths.kernel_batches))  # fmt: skip
-        record = path_record(cfg, name, info, entries, prep.objective.params, kernels)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(table_path, index=False)
-        record_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
-        written[name] = table_path
-        say(dataset, f"{name}: {table_path} and {record_path.name}")
+        for point in points[1:]:
+            train(point)
+        written[name] = write_path(cfg, name, points, start, info, spent)
+        say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
     progress.finish(f"[paths {dataset}] {len(todo)} points finished")
     return written
+
+
+def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfig, info: dict,
+               spent: dict[tuple[str, float], float]) -> Path:  # fmt: skip
+    """Write one finished path's table and record (module docstring); return the table's path."""
+    out = layout.paths_dir(cfg.root, cfg.dataset.name)
+    table = pd.concat([point_rows(p, cfg.dataset.name, name) for p in points], ignore_index=True)
+    table_path, record_path = layout.path_table(out, name), layout.path_record(out, name)
+    earlier, commit = earlier_points(record_path), checkout_commit()
+    entries = [point_entry(p, earlier.get(p.weight, {}), spent.get((p.objective, p.weight), 0.0), commit)
+               for p in points]  # fmt: skip
+    prep = prepare_point(point_config(start, name, points[1].weight))
+    kernels = kernel_check(prep.data.train.x, prep.objective.params, int(start.trainer.batch_size),
+                           int(cfg.paths.kernel_batches))  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(table_path, index=False)
+    record = path_record(cfg, name, info, entries, prep.objective.params, kernels)
+    record_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    return table_path
 
 
 def prepare_point(run_cfg: DictConfig):
