@@ -19,6 +19,7 @@ HEART = [
     "paths.n_seeds=2",
     "paths.objectives=[xe_mmd]",
     "paths.grids.xe_mmd=[10]",
+    "paths.max_extension=0",
 ]
 
 
@@ -87,3 +88,18 @@ def test_the_kernel_check_tells_an_active_x_kernel_from_the_identity():
     assert active["x"]["share_above_0.001"] > 0.99 and off["x"]["share_above_0.001"] == 0.0
     assert active["y"]["at_2"] == pytest.approx(math.exp(-20)) and "y" not in off
     assert kernel_check(x, {"bandwidth": 0.4, "scaling": "authors"}, 64, 4) == {}  # MMCE: no x-kernel
+
+
+@needs("heart-disease")
+def test_a_path_goes_on_until_the_regulariser_dominates(tmp_path, capsys):
+    from kcal.reruns.paths import next_weight, run_paths
+
+    assert [next_weight(w) for w in (1, 3, 10, 0.3, 0.001, 3000)] == [3, 10, 30, 1, 0.003, 10000]
+    over = [*HEART[:-1], "paths.max_extension=1", f"root={tmp_path}"]
+    table = pd.read_csv(run_paths(compose_cfg("paths", *over, "paths.dominant_share=1e9"))["xe_mmd"])
+    assert sorted(set(table["weight"])) == [0.0, 10.0, 30.0]  # one point further, at most max_extension
+    assert "xe_mmd: share" in capsys.readouterr().err
+    record = json.loads(layout.path_record(layout.paths_dir(tmp_path, "heart-disease"), "xe_mmd").read_text())
+    assert record["grid"] == [0.0, 10.0, 30.0] and record["grid_config"] == [10]
+    table = pd.read_csv(run_paths(compose_cfg("paths", *over, "paths.dominant_share=1e-9"))["xe_mmd"])
+    assert sorted(set(table["weight"])) == [0.0, 10.0]  # dominant at λ = 10 already: no further point

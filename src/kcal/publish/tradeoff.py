@@ -4,8 +4,8 @@ regularisation paths (:mod:`kcal.reruns.paths`: ``<data>/paths/<dataset>/<object
 Along each path the calibration error (:data:`CALIBRATION`: ECE for classes, QCE and DCE for regression) is set
 against the cost (:data:`COST`: accuracy, NLL), in the exact flavour (the paper's text definitions on the whole
 test split), as the mean and SE over the path's seeds. λ = 0 is the unregularised model (the selected XE / NLL
-configuration); *post-hoc alone* is that model recalibrated (temperature scaling for classes, isotonic quantile
-recalibration for regression, fitted on the validation split).
+configuration); *post-hoc alone* is that model recalibrated (``recalibrator: auto``: temperature scaling for classes,
+conformal quantile recalibration for regression, fitted on the validation split).
 
 **The rules, fixed before any path was read.** Per dataset, path and calibration metric:
 

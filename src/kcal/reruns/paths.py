@@ -7,7 +7,9 @@ From it, each regulariser of the task (``paths.regularisers``; ``paths.objective
 ``objective.weight`` = λ for every λ of its grid (``paths.grids``), everything else fixed: architecture, batch
 size and learning rate from the start, the regulariser's own parameters from ``configs/objective/<name>.yaml``
 (the library's defaults: ``bandwidth_z: median``, the median squared distance between training rows). λ = 0, the
-unregularised model, is trained once and shared by every path.
+unregularised model, is trained once and shared by every path. The regulariser must come to dominate: while the
+median share of the loss at a path's largest λ is below ``paths.dominant_share``, the path goes on half a decade
+further (:func:`next_weight`), at most ``paths.max_extension`` points.
 
 Every point is trained on seeds ``0 .. paths.n_seeds-1`` (vectorised, :func:`kcal.reruns.seeds.train_seeds`) into
 ``<root>/paths/<dataset>/<objective>/objective.weight=<λ>/seeds/seed<k>/`` (:mod:`kcal.core.layout`); finished seeds
@@ -178,6 +180,18 @@ def quartiles(values: list[float]) -> dict:
     return {"median": median, "q25": q25, "q75": q75}
 
 
+def top_share(points: list[Point]) -> float:
+    """The median share of the regulariser at the path's largest λ (0 while that point has no finished seed)."""
+    share = quartiles(shares(points[-1].dirs))["median"]
+    return share if math.isfinite(share) else 0.0
+
+
+def next_weight(weight: float) -> float:
+    """The next λ of a grid half a decade apart, on the 1-3-10 pattern: ``3 -> 10``, ``10 -> 30``, ``0.3 -> 1``."""
+    decade = 10.0 ** math.floor(math.log10(weight))
+    return float(f"{(3.0 if weight / decade < 2 else 10.0) * decade:.3g}")
+
+
 class Point:
     """One (objective, λ) of a dataset's paths: its folder, seeds, and the seconds spent training it."""
 
@@ -239,13 +253,15 @@ def point_entry(point: Point, earlier: dict, seconds: float, commit: str) -> dic
 
 
 def path_record(cfg: DictConfig, objective: str, start: dict, points: list[dict], params: dict,
-                kernels: dict) -> dict:  # fmt: skip
-    """The ``<objective>.json`` record of one path (module docstring); ``points``: :func:`point_entry` each."""
+                kernels: dict, commit: str) -> dict:  # fmt: skip
+    """The ``<objective>.json`` record of one path (module docstring); ``points``: :func:`point_entry` each;
+    ``commit``: the checkout's when this run started (each point lists the commits of the runs that trained it)."""
     return {
         "dataset": cfg.dataset.name, "objective": objective, "base": base_objective(cfg.dataset.name),
-        "command": " ".join(["kcal paths", *sys.argv[1:]]), "commit": checkout_commit(),
+        "command": " ".join(["kcal paths", *sys.argv[1:]]), "commit": commit,
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
         "start": start, "grid": [p["weight"] for p in points], "seeds": int(cfg.paths.n_seeds),
+        "grid_config": list(cfg.paths.grids[objective]), "dominant_share": float(cfg.paths.dominant_share),
         "objective_params": params, "kernels": kernels, "points": points,
     }  # fmt: skip
 
@@ -261,6 +277,7 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         raise ConfigError(f"paths.n_seeds must be >= 2 (a standard error needs two seeds), got {n_seeds}")
     seeds = list(range(n_seeds))
     start, info = start_config(cfg)
+    commit = checkout_commit()  # of the code that trains, read before any point is
     out = layout.paths_dir(cfg.root, dataset)
     zero = Point(out, base_objective(dataset), 0.0, seeds)
     paths = {name: [zero, *(Point(out, name, w, seeds) for w in cfg.paths.grids[name])] for name in names}
@@ -287,19 +304,30 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
     for name, points in paths.items():
         for point in points[1:]:
             train(point)
-        written[name] = write_path(cfg, name, points, start, info, spent)
+        extended = []
+        while len(extended) < int(cfg.paths.max_extension) and top_share(points) < float(
+            cfg.paths.dominant_share
+        ):
+            points.append(Point(out, name, next_weight(points[-1].weight), seeds))
+            extended.append(points[-1].weight)
+            if points[-1].pending():
+                progress.total += 1
+            say(dataset, f"{name}: share {top_share(points[:-1]):.2g} at λ={points[-2].weight:g}, below "
+                         f"{float(cfg.paths.dominant_share):g}: the path goes on to λ={points[-1].weight:g}")  # fmt: skip
+            train(points[-1])
+        written[name] = write_path(cfg, name, points, start, info, spent, commit)
         say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
     progress.finish(f"[paths {dataset}] {len(todo)} points finished")
     return written
 
 
 def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfig, info: dict,
-               spent: dict[tuple[str, float], float]) -> Path:  # fmt: skip
+               spent: dict[tuple[str, float], float], commit: str) -> Path:  # fmt: skip
     """Write one finished path's table and record (module docstring); return the table's path."""
     out = layout.paths_dir(cfg.root, cfg.dataset.name)
     table = pd.concat([point_rows(p, cfg.dataset.name, name) for p in points], ignore_index=True)
     table_path, record_path = layout.path_table(out, name), layout.path_record(out, name)
-    earlier, commit = earlier_points(record_path), checkout_commit()
+    earlier = earlier_points(record_path)
     entries = [point_entry(p, earlier.get(p.weight, {}), spent.get((p.objective, p.weight), 0.0), commit)
                for p in points]  # fmt: skip
     prep = prepare_point(point_config(start, name, points[1].weight))
@@ -307,7 +335,7 @@ def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfi
                            int(cfg.paths.kernel_batches))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(table_path, index=False)
-    record = path_record(cfg, name, info, entries, prep.objective.params, kernels)
+    record = path_record(cfg, name, info, entries, prep.objective.params, kernels, commit)
     record_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     return table_path
 
