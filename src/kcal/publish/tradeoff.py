@@ -312,10 +312,8 @@ def dataset_table(bests: list[Best], ws: list[Winner], dataset: str) -> str:
     if not rows:
         return f"**{dataset}**: not run yet (`kcal paths dataset={dataset}`)."
     cost_metric, cost_zero = rows[0].cost_metric, rows[0].cost_zero
-    figure = (
-        layout.dataset_figure(layout.figures_dir("."), FIGURE_KIND, dataset).with_suffix(".png").as_posix()
-    )
-    lines = [f"**{dataset}**", "", f"![{dataset}: calibration against cost along each regularisation path]({figure})",
+    figure = layout.dataset_figure(layout.figures_dir("."), FIGURE_KIND, dataset).with_suffix(".png")
+    lines = [f"**{dataset}**", "", f"![{dataset}: calibration against cost along each regularisation path]({figure.as_posix()})",
              "", f"Unregularised model (λ = 0): {METRIC_LABELS[cost_metric]} {pm(cost_zero, cost_metric)}. λ*: the point "
              f"of lowest calibration error at no significant cost (≤ {COST_SE:g} combined SE); exact flavour, mean "
              "± SE over seeds.", "",
@@ -337,9 +335,11 @@ def dataset_table(bests: list[Best], ws: list[Winner], dataset: str) -> str:
 
 
 def winner_line(w: Winner) -> str:
+    """``Winner at equal cost (ECE): **XE + MMD**, better than ...`` or ``...: none; XE + MMD is lowest, ...``."""
     m = METRIC_LABELS[w.metric]
     if w.wins:
-        return f"Winner at equal cost ({m}): **{label(w.wins)}**, better than {' and '.join(label(o) for o, _ in w.others)}."
+        others = " and ".join(label(o) for o, _ in w.others)
+        return f"Winner at equal cost ({m}): **{label(w.wins)}**, better than {others}."
     each = ", ".join(versus(outcome, label(o)) for o, outcome in w.others)
     return f"Winner at equal cost ({m}): none; {label(w.lowest)} is lowest, {each}."
 
@@ -384,9 +384,7 @@ def bandwidth_text(record: dict | None, numbers: bool = True) -> str:
     if "bandwidth" in params:
         h = params["bandwidth"]
         parts.append("bandwidth chosen per batch" if h is None else f"bandwidth {h:g}")
-    if params.get(
-        "scaling"
-    ):  # MMCE: kcal.baselines.mmce's scaling (the authors' is 5-1000x smaller than Kumar's)
+    if params.get("scaling"):  # MMCE: kcal.baselines.mmce's scaling (the authors' is 5-1000x below Kumar's)
         parts.append(f"{params['scaling']} scaling")
     if params.get("flavour"):  # ECE-KDE: kcal.baselines.ece_kde's bandwidth selector
         parts.append(f"{params['flavour']} flavour")
@@ -404,10 +402,8 @@ def helped_text(b: Best, record: dict | None) -> str:
     if not b.gained:
         near = f" (best: λ = {weight_text(b.weight)}, by {', '.join(gain_parts(b))})" if b.weight else ""
         return f"{name}: no {m} gain at no significant cost{near}"
-    alone, complement = (
-        versus(b.posthoc_alone, "the regulariser alone"),
-        versus(b.vs_posthoc, "post-hoc alone"),
-    )
+    alone = versus(b.posthoc_alone, "the regulariser alone")
+    complement = versus(b.vs_posthoc, "post-hoc alone")
     return (
         f"{name} at λ = {weight_text(b.weight)} ({bandwidth_text(record)}; share {share_text(b.share)}) lowers "
         f"{m} from {num(b.zero)} to {num(b.best)} (by {', '.join(gain_parts(b))}); post-hoc alone gives "
