@@ -306,8 +306,24 @@ def gain_text(b: Best) -> str:
 
 
 # ---- the blocks --------------------------------------------------------------------------------------------------
-def dataset_table(bests: list[Best], ws: list[Winner], dataset: str) -> str:
-    """The trade-off table of one dataset (module docstring) and its winner line(s)."""
+def kernel_line(records: dict[tuple[str, str], dict], dataset: str) -> str:
+    """The kernels' check of a dataset's MMD paths (:func:`kcal.reruns.paths.kernel_check`), from their records: the
+    x-kernel on training batches, and the y-kernel between two classes (or two targets) at squared distance 2."""
+    parts = []
+    for (d, objective), record in sorted(records.items(), key=lambda kv: objective_sort_key(kv[0][1])):
+        x = record.get("kernels", {}).get("x")
+        if d == dataset and x:
+            key = next((k for k in x if k.startswith("share_above_")), None)
+            above = f", {100 * x[key]:.0f} % of pairs above {key.removeprefix('share_above_')}" if key else ""
+            y = record["kernels"].get("y")
+            flat = f"; y-kernel at squared distance 2: {y['at_2']:.2g}" if y else ""
+            parts.append(f"{label(objective)}: h_x = {x['bandwidth']:.3g}, mean off-diagonal value {x['mean']:.2f}"
+                         f"{above}{flat}")  # fmt: skip
+    return ("x-kernel on the training batches: " + "; ".join(parts) + ".") if parts else ""
+
+
+def dataset_table(bests: list[Best], ws: list[Winner], dataset: str, records: dict | None = None) -> str:
+    """The trade-off table of one dataset (module docstring), its x-kernel check and its winner line(s)."""
     rows = [b for b in bests if b.dataset == dataset]
     if not rows:
         return f"**{dataset}**: not run yet (`kcal paths dataset={dataset}`)."
@@ -316,7 +332,8 @@ def dataset_table(bests: list[Best], ws: list[Winner], dataset: str) -> str:
     lines = [f"**{dataset}**", "", f"![{dataset}: calibration against cost along each regularisation path]({figure.as_posix()})",
              "", f"Unregularised model (λ = 0): {METRIC_LABELS[cost_metric]} {pm(cost_zero, cost_metric)}. λ*: the point "
              f"of lowest calibration error at no significant cost (≤ {COST_SE:g} combined SE); exact flavour, mean "
-             "± SE over seeds.", "",
+             "± SE over seeds.", *([kernel_line(records, dataset)] if records and kernel_line(records, dataset) else []),
+             "",
              f"| path | metric | λ = 0 | post-hoc alone | λ* | share at λ* | at λ* | gain (combined SE), outcome "
              f"| {METRIC_LABELS[cost_metric]} at λ* | λ* + post-hoc | post-hoc on top | against post-hoc alone |",
              "|---|---|---|---|---:|---:|---|---|---|---|---|---|"]  # fmt: skip
@@ -477,6 +494,6 @@ def tradeoff_blocks(data: Path, datasets: list[str]) -> dict[str, str]:
     out = {"paths:answer": answer(paths, records, datasets) or "(no path published yet)",
            "paths:recipe": recipe(paths, records)}  # fmt: skip
     for dataset in datasets:
-        out[f"paths:{dataset}"] = dataset_table(bests, ws, dataset)
+        out[f"paths:{dataset}"] = dataset_table(bests, ws, dataset, records)
         out[f"paths:{dataset}:full"] = full_table(paths, dataset)
     return out
