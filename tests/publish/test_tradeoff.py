@@ -118,7 +118,13 @@ def write_paths(data: Path) -> None:
                           (mmce, {"bandwidth": 0.4, "scaling": "authors"})):  # fmt: skip
         objective = frame["objective"].iloc[0]
         frame.to_csv(layout.path_table(out, objective), index=False)
-        layout.path_record(out, objective).write_text(json.dumps({"objective_params": params, "points": []}))
+        kernels = {"x": {"bandwidth": 43.4, "mean": 0.38, "share_above_0.001": 1.0}, "y": {"at_2": 2e-9}}
+        record = {
+            "objective_params": params,
+            "points": [],
+            "kernels": kernels if "bandwidth_z" in params else {},
+        }
+        layout.path_record(out, objective).write_text(json.dumps(record))
 
 
 def test_the_table_answer_and_recipe_are_generated_from_the_path_tables(tmp_path):
@@ -126,6 +132,8 @@ def test_the_table_answer_and_recipe_are_generated_from_the_path_tables(tmp_path
     blocks = tradeoff_blocks(tmp_path, ["heart-disease", "crime"])
     table = blocks["paths:heart-disease"]
     assert "accuracy 80.0 ± 1.0 %" in table and "(figures/tradeoff_heart-disease.png)" in table
+    assert "XE + MMD: h_x = 43.4, mean off-diagonal value 0.38, 100 % of pairs above 0.001; y-kernel at squared " \
+        "distance 2: 2e-09." in table  # fmt: skip
     row = next(line for line in table.splitlines() if line.startswith("| XE + MMD |"))
     assert "| 10 | 0.1 | 0.0700 ± 0.0020 | 0.0300 (10.6 SE), better | 79.5 ± 1.0 % |" in row
     assert row.endswith("| 0.0500 ± 0.0020 | adds | better |")
