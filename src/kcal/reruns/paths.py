@@ -317,7 +317,9 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
             train(points[-1])
         written[name] = write_path(cfg, name, points, start, info, spent, commit)
         say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
-    progress.finish(f"[paths {dataset}] {1 + sum(len(points) - 1 for points in paths.values())} points finished")
+    progress.finish(
+        f"[paths {dataset}] {1 + sum(len(points) - 1 for points in paths.values())} points finished"
+    )
     return written
 
 
