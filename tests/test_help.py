@@ -11,7 +11,13 @@ from kcal.configs import CONFIG_DIR
 
 from .common import run_modules
 
-ENTRY_POINTS = {"train": "train", "sweep": "sweep", "seeds": "seeds", "reproduce": "reproduce"}
+ENTRY_POINTS = {
+    "train": "train",
+    "sweep": "sweep",
+    "seeds": "seeds",
+    "reproduce": "reproduce",
+    "paths": "paths",
+}
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,7 @@ HYDRA_COMMANDS = {
     "seeds": "seeds",
     "reproduce": "reproduce",
     "ablation": "ablation",
+    "paths": "paths",
 }
 #: a value of its kind for each placeholder the documents write in commands
 PLACEHOLDERS = {

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "figures": ("kcal.publish.figures", "redraw figures from existing results"),
     "state": ("kcal.orchestrate.state", "export / import a reproduction's portable state"),
     "ablation": ("kcal.reruns.ablation", "rerun a study's best configuration with one key varied (Hydra)"),
+    "paths": (
+        "kcal.reruns.paths",
+        "regularisation paths of one dataset from its unregularised selected configuration (Hydra)",
+    ),
     "reevaluate": ("kcal.reruns.reevaluate", "evaluate a root's seeds again from their saved forecasts"),
     "bench": ("kcal.bench.speed", "speed benchmark and whole-protocol estimate"),
     "sweep-throughput": ("kcal.bench.sweep_throughput", "trials per hour of a sweep with several workers"),

@@ -27,6 +27,11 @@ def test_a_reproduction_root_is_laid_out_as_before(tmp_path):
     fixed = layout.ablation_dir(root, "crime", "nll_mmd", {"b": 2, "a": 1})
     assert fixed == root / "ablations" / "crime" / "nll_mmd" / "a=1,b=2"
     assert layout.ablation_value_dir(fixed, "objective.weight", 10) == fixed / "objective.weight=10"
+    paths = layout.paths_dir(root, "crime")
+    assert paths == root / "paths" / "crime" and layout.path_table(paths, "nll_mmd") == paths / "nll_mmd.csv"
+    assert layout.path_point_dir(paths, "nll_mmd", 30) == paths / "nll_mmd" / "objective.weight=30"
+    assert layout.path_point_dir(paths, "xe_kde", 0.001).name == "objective.weight=0.001"
+    assert layout.path_record(paths, "nll_mmd") == paths / "nll_mmd.json"
     assert layout.LOCAL_ROOT == Path("outputs/local_calibration")
     assert layout.tables_dir(root) == root / "tables" and layout.figures_dir(label) == label / "figures"
     assert layout.pareto_dir(root, "crime") == root / "pareto" / "crime"

@@ -27,8 +27,8 @@ follows the range.
   ``paper_sample_size.csv``), a number of a selected trial's parameters (``studies.csv``), a number of the report's
   generated documents (``claims.md``, ``protocol_spread.md``, ``comparison_*.md``, ``report.json``, the ``.tex``
   tables); and, where its paragraph or headings say so (:data:`CONTEXTS`), of the replicates' results
-  (``replicat``, ``runs of the protocol``, ...), the experiments' and ablations' (``experiment``, ``former``,
-  ``λ``, ...), the trials tables (``trial``), the Pareto fronts (``Pareto``, ``front``);
+  (``replicat``, ``runs of the protocol``, ...), the experiments', ablations' and regularisation paths'
+  (``experiment``, ``former``, ``λ``, ...), the trials tables (``trial``), the Pareto fronts (``Pareto``, ``front``);
 * a count: an integer of that data (seeds, the datasets' registry: rows, features, classes; Table 6's sample
   sizes; the parameters where the paragraph names one; a study's trial counts where it says ``trial``; the
   integers of a generated document's line that names a dataset), or an allowed constant (:data:`ALLOWED`);
@@ -94,7 +94,7 @@ ROWS = {  # matched in this order; a match is removed before the next pattern is
 CONTEXTS = {
     "replicates": r"replicat|runs? of the protocol|sampler|protocol's (?:own )?spread|sweeps?\b",
     "experiments": r"experiment|former|median_x|authors_first|first search space|kept on|retrain",
-    "ablations": r"experiment|ablation|λ|weight",
+    "ablations": r"experiment|ablation|λ|weight|regularisation path|trade-off",
     "trials": r"\btrials?\b",
     "fronts": r"pareto|front",
     "parameters": r"λ|weight|width|batch|bandwidth|learning rate",
@@ -293,11 +293,14 @@ def row_key(objective: str) -> str:
 
 
 def cell_rows(path: Path) -> pd.DataFrame:
-    """A results-like CSV (results, replicate, experiment, ablation); an ablation's varied value joins its row."""
+    """A results-like CSV (results, replicate, experiment, ablation, regularisation path); an ablation's varied
+    value (a path's weight λ) joins its row."""
     frame = pd.read_csv(path)
     frame["row"] = frame["objective"].map(row_key)
-    if "value" in frame.columns:
-        frame["objective"] = frame["objective"] + "@" + frame["value"].astype(str)
+    varied = "value" if "value" in frame.columns else "weight" if "weight" in frame.columns else None
+    if varied:
+        frame["objective"] = frame["objective"] + "@" + frame[varied].astype(str)
+        frame["value"] = frame[varied]
     return frame
 
 
@@ -424,7 +427,10 @@ def published_data(report: Path = REPORT) -> Published:
         row=lambda f: f["objective"].map(row_key))  # fmt: skip
     replicates = [cell_rows(p / "results.csv") for p in sorted((data / "replicates").glob("*")) if p.is_dir()]
     experiments = [cell_rows(p) for p in sorted((data / "experiments").rglob("results.csv"))]
-    ablations = [cell_rows(p) for p in sorted((data / "ablations").rglob("*.csv"))]
+    ablations = [
+        cell_rows(p)
+        for p in [*sorted((data / "ablations").rglob("*.csv")), *sorted((data / "paths").rglob("*.csv"))]
+    ]
     add_cells(values, results)
     for frame in replicates:
         add_cells(extra["replicates"], frame)
@@ -433,6 +439,7 @@ def published_data(report: Path = REPORT) -> Published:
     for frame in ablations:
         add_cells(extra["ablations"], frame)
         extra["ablations"].add(frame["value"])
+        extra["ablations"].add(frame.get("reg_share", []))
         count(extra_counts["ablations"], ANY, frame["value"])
     for frame in [results, *replicates, *experiments, *ablations]:
         for dataset, g in frame.groupby("dataset"):

@@ -9,6 +9,8 @@ A reproduction root (``root``; ``outputs/reproduce/<profile>`` for :mod:`kcal.or
     <dataset>/<label><suffix>/                       a seed rerun: summary.csv, fingerprint.json,
         seeds/seed3/                                 best_trial.json; one run directory per seed
     ablations/<dataset>/<objective>[/<k>=<v>,...]/   an ablation: <key>.csv, <key>=<value>/seeds/seed<k>/
+    paths/<dataset>/                                 regularisation paths: <objective>.csv and .json,
+        <objective>/objective.weight=<λ>/seeds/seed<k>/  one point of a path
     pareto/<dataset>/                                the front comparison: fronts.json, fronts.png
     tables/, figures/                                what publishing writes
     logs/<time>_<task>/.hydra/                       each kcal reproduce's composed config and overrides
@@ -81,7 +83,7 @@ def figures_dir(folder: Path | str) -> Path:
 
 def dataset_figure(folder: Path | str, kind: str, dataset: str) -> Path:
     """``<folder>/<kind>_<dataset>`` (no suffix): a figure of one dataset (``dce``, ``calibration``, ``lce``,
-    ``budget``, ``fronts``) in a figures folder, saved with the suffixes the figure needs."""
+    ``budget``, ``fronts``, ``tradeoff``) in a figures folder, saved with the suffixes the figure needs."""
     return Path(folder) / f"{kind}_{dataset}"
 
 
@@ -351,6 +353,38 @@ def ablation_dir(root: Path | str, dataset: str, objective: str, fixed: dict | N
 
 def ablation_value_dir(ablation: Path, key: str, value) -> Path:
     return ablation / f"{key}={value}"
+
+
+# ---- regularisation paths -------------------------------------------------------------------------------
+
+PATHS_FOLDER = "paths"  # in a root and in a published data folder: paths/<dataset>/<objective>.{csv,json}
+
+
+def paths_dir(folder: Path | str, dataset: str) -> Path:
+    """``<folder>/paths/<dataset>``: a dataset's regularisation paths (:mod:`kcal.reruns.paths`), in a root where
+    they are trained and in a published data folder (the same files, copied by ``kcal report --paths``)."""
+    return Path(folder) / PATHS_FOLDER / dataset
+
+
+def path_point_dir(paths: Path, objective: str, weight: float) -> Path:
+    """``<paths>/<objective>/objective.weight=<λ>``: one point of a path (λ printed by ``%g``), its seeds under
+    ``seeds/``."""
+    return Path(paths) / objective / f"objective.weight={float(weight):g}"
+
+
+def path_table(paths: Path, objective: str) -> Path:
+    """``<paths>/<objective>.csv``: a path's tidy results, one block of rows per λ."""
+    return Path(paths) / f"{objective}.csv"
+
+
+def path_record(paths: Path, objective: str) -> Path:
+    """``<paths>/<objective>.json``: how a path was made (command, commit, start, grid, kernels, shares)."""
+    return Path(paths) / f"{objective}.json"
+
+
+def path_tables(folder: Path | str) -> list[Path]:
+    """Every path table under ``<folder>/paths/``, by dataset then objective."""
+    return sorted((Path(folder) / PATHS_FOLDER).glob("*/*.csv"))
 
 
 # ---- run directories ------------------------------------------------------------------------------------

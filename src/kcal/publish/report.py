@@ -26,6 +26,10 @@ Its **report**, ``<dest>`` (e.g. ``docs/results/full``), is everything a reader 
   and ``<!-- /kcal.report -->`` and is rewritten from the published data on every publish (:func:`blocks`
   lists them); the text outside the blocks is kept as it is.
 
+**Regularisation paths** (``kcal paths``, :mod:`kcal.reruns.paths`) are published apart: ``kcal report --paths <root>
+<dest>`` copies ``<root>/paths/<dataset>/<objective>.{csv,json}`` into ``<data>/paths/``, draws
+``figures/tradeoff_<dataset>.png`` and fills the ``paths:*`` blocks (:mod:`kcal.publish.tradeoff`).
+
 ``kcal report --check <dest>`` regenerates everything derived from the committed
 ``results.csv`` / ``studies.csv`` in memory and exits 1, naming the files, if anything committed differs
 (the test suite runs it, so a report's numbers always equal what :mod:`kcal.publish.tables` makes of its CSV).
@@ -46,7 +50,7 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.core.errors import check_choices, exits_on_user_error
-from kcal.data import get_spec
+from kcal.data import dataset_names, get_spec
 from kcal.publish.answer import (
     cell_classes,
     cells_table,
@@ -59,6 +63,7 @@ from kcal.publish.answer import (
 )
 from kcal.publish.claims import claims_data, claims_summary, evaluate_all, profile_note
 from kcal.publish.figures.budget_curves import draw_budget_curves
+from kcal.publish.figures.tradeoff_curves import draw_tradeoff_figures
 from kcal.publish.protocol_spread import (
     PUBLISHED,
     claim_counts,
@@ -75,6 +80,7 @@ from kcal.publish.selected_kernels import kernels_markdown, selected_kernels
 from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
 from kcal.publish.tables import comparison_counts, write_tables
+from kcal.publish.tradeoff import copy_paths, read_paths, tradeoff_blocks
 from kcal.publish.trials import read_trials, trial_rows, write_trials
 from kcal.publish.worker_count import workers_blocks
 from kcal.sweep.search import REG_SHARE_KEYS
@@ -149,10 +155,26 @@ def runs_studies(data: Path) -> dict[str, pd.DataFrame]:
                if (path / layout.STUDIES_FILE).is_file()}}  # fmt: skip
 
 
-def draw_budget_figures(data: Path, dest: Path) -> list[Path]:
-    """Redraw the report's budget figures from every run's kept trials (:func:`runs_trials`)."""
+def draw_report_figures(data: Path, dest: Path) -> list[Path]:
+    """Redraw the report's budget figures from every run's kept trials (:func:`runs_trials`), and its trade-off
+    figures from the published regularisation paths (:mod:`kcal.publish.tradeoff`)."""
     runs = runs_trials(data)
-    return draw_budget_curves(runs.pop(PUBLISHED), layout.figures_dir(dest), replicates=runs)
+    drawn = draw_budget_curves(runs.pop(PUBLISHED), layout.figures_dir(dest), replicates=runs)
+    return drawn + draw_tradeoff_figures(read_paths(data), layout.figures_dir(dest))
+
+
+def publish_paths(root: Path, dest: Path, datasets: list[str] | None = None) -> list[Path]:
+    """Copy the regularisation paths under ``<root>/paths/`` (``kcal paths``) into the data folder of the report in
+    ``dest``, redraw its figures and regenerate it (:mod:`kcal.publish.tradeoff`); returns the files copied."""
+    _, data = report_info(dest)
+    written = copy_paths(root, data, datasets)
+    if not written:
+        raise SystemExit(
+            f"kcal report: no path under {layout.paths_dir(root, '*')}; run `kcal paths dataset=...`"
+        )
+    draw_report_figures(data, dest)
+    render(dest, dest)
+    return written
 
 
 def blocks(
@@ -291,6 +313,7 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     generated.update(pruning_blocks(data))  # ``pruning``, ``pruning:summary``: pruners replayed over studies
     for ds in sorted(set(results["dataset"])):
         generated[f"dataset:{ds}:summary"] = dataset_line(summaries, classes, ds)
+    generated.update(tradeoff_blocks(data, [d for d in dataset_names() if d in set(results["dataset"])]))
     if replicates:
         (out / "protocol_spread.md").write_text(
             f"# The protocol's own spread ({profile})\n\n{generated['protocol']}\n\n## Cells\n\n"
@@ -425,7 +448,7 @@ def publish(
         only(pd.read_csv(src)).to_csv(layout.results_file(data), index=False)
     studies.to_csv(data / layout.STUDIES_FILE, index=False)
     write_trials(only(trial_rows(root, storage)), data)
-    draw_budget_figures(data, dest)
+    draw_report_figures(data, dest)
     for (dataset, objective), best in layout.best_files(root).items():
         if datasets and dataset not in datasets:
             continue
@@ -446,7 +469,7 @@ def publish_trials(root: Path, dest: Path, storage: str | None = None) -> list[P
     export, say). Returns the trials tables written."""
     _, data = report_info(dest)
     written = write_trials(trial_rows(root, storage), data)
-    draw_budget_figures(data, dest)
+    draw_report_figures(data, dest)
     render(dest, dest)
     return written
 
@@ -502,7 +525,7 @@ def publish_replicate(root: Path, dest: Path, name: str, storage: str | None = N
     add_to(folder / layout.RESULTS_FILE, pd.read_csv(src))
     add_to(folder / layout.STUDIES_FILE, study_rows(root, storage))
     written = write_trials(trial_rows(root, storage), folder)
-    draw_budget_figures(data, dest)
+    draw_report_figures(data, dest)
     render(dest, dest)
     return [folder / layout.RESULTS_FILE, folder / layout.STUDIES_FILE, *written]
 
@@ -541,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         help="publish root as the protocol replicate NAME (e.g. "
         "sampler_seed=1) of the report in dest: its numbers stay apart, the protocol's spread is added",
     )
+    p.add_argument("--paths", action="store_true", help="only copy the regularisation paths of root (kcal paths) "
+                   "into the report's data folder, redraw its figures and regenerate the report")  # fmt: skip
     p.add_argument("--trials", action="store_true", help="only write the trials of root's studies into the "
                    "report's data folder, redraw the budget figures and regenerate the report")  # fmt: skip
     p.add_argument(
@@ -583,14 +608,18 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
         return 0
     if args.root is None:
-        if args.replicate or args.trials or args.add or args.keep or args.datasets:
+        if args.replicate or args.trials or args.paths or args.add or args.keep or args.datasets:
             p.error("give the reproduction root to publish from (dest alone only regenerates its files)")
-        draw_budget_figures(report_info(args.dest)[1], args.dest)
+        draw_report_figures(report_info(args.dest)[1], args.dest)
         render(args.dest, args.dest)
-        print(f"kcal report: regenerated {args.dest} and its budget figures from its published CSVs")
+        print(f"kcal report: regenerated {args.dest} and its figures from its published CSVs")
         return 0
     if args.replicate:
         for path in publish_replicate(args.root, args.dest, args.replicate, args.storage):
+            print(path)
+        return 0
+    if args.paths:
+        for path in publish_paths(args.root, args.dest, args.datasets):
             print(path)
         return 0
     if args.trials:

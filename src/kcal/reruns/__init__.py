@@ -1,3 +1,3 @@
-"""Stage: reruns of a selected configuration: seed reruns (``kcal seeds``), ablations (``kcal ablation``) and
-the local-calibration runs.
+"""Stage: reruns of a selected configuration: seed reruns (``kcal seeds``), ablations (``kcal ablation``),
+regularisation paths (``kcal paths``) and the local-calibration runs.
 """

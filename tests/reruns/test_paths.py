@@ -1,0 +1,105 @@
+"""kcal paths: a dataset's regularisation paths from its unregularised selected configuration, resumable."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from kcal.core import layout
+from kcal.core.errors import ConfigError
+
+from ..common import SMOKE, compose_cfg
+from ..data.conftest import needs
+
+HEART = [
+    *SMOKE,
+    "dataset=heart-disease",
+    "paths.n_seeds=2",
+    "paths.objectives=[xe_mmd]",
+    "paths.grids.xe_mmd=[10]",
+    "paths.max_extension=0",
+]
+
+
+@needs("heart-disease")
+def test_a_path_trains_from_the_unregularised_selection_and_resumes_without_training(tmp_path, capsys):
+    from kcal.reruns.paths import run_paths
+
+    cfg = compose_cfg("paths", *HEART, f"root={tmp_path}")
+    written = run_paths(cfg)
+    out = layout.paths_dir(tmp_path, "heart-disease")
+    assert written == {"xe_mmd": layout.path_table(out, "xe_mmd")}
+    table = pd.read_csv(written["xe_mmd"])
+    assert sorted(set(table["weight"])) == [0.0, 10.0] and set(table["n"]) == {2}
+    assert {("none", "exact"), ("post-hoc", "exact"), ("none", "official"), ("post-hoc", "official")} <= set(
+        zip(table["recalibrator"], table["flavour"], strict=True)
+    )
+    shares = table.groupby("weight")["reg_share"].first()
+    assert shares[0.0] == 0.0 and shares[10.0] > 0  # the MMD term acts: a share of the loss, from history.csv
+    # λ = 0 is the selected XE configuration itself; λ = 10 the same network with the regulariser on
+    published = json.loads(layout.published_best("docs/results/full", "heart-disease", "xe").read_text())
+    zero = (out / "xe" / "objective.weight=0" / "seeds" / "seed1" / "config.yaml").read_text()
+    ten = (out / "xe_mmd" / "objective.weight=10" / "seeds" / "seed0" / "config.yaml").read_text()
+    assert "name: xe\n" in zero and "name: xe_mmd\n" in ten and "weight: 10.0" in ten
+    assert f"lr: {published['params']['trainer.lr']}" in ten and "bandwidth_z: median" in ten
+    record = json.loads(layout.path_record(out, "xe_mmd").read_text())
+    assert record["start"]["study"] == "heart-disease__xe__paper" and record["grid"] == [0.0, 10.0]
+    assert record["command"].startswith("kcal paths") and record["commit"]
+    h = record["objective_params"]["bandwidth_z"]  # the median heuristic, resolved as training resolved it
+    assert isinstance(h, float) and h > 1 and record["kernels"]["x"]["bandwidth"] == h
+    assert record["kernels"]["x"]["share_above_0.001"] > 0.5 and record["kernels"]["y"]["at_2"] < 1e-6
+    ten_point = record["points"][1]
+    assert ten_point["finished"] == 2 and ten_point["reg_share"]["median"] == pytest.approx(shares[10.0])
+    assert ten_point["train_seconds"] > 0 and ten_point["commits"] == [record["commit"]]
+    assert "2 points x 2 seeds, 0 finished, 2 to train" in capsys.readouterr().err
+
+    finished = sorted(layout.finished_seed_files(out / "xe_mmd" / "objective.weight=10"))
+    stamps = [p.stat().st_mtime_ns for p in finished]
+    run_paths(cfg)  # resumes: every seed is finished, nothing trains again
+    assert "2 finished, 0 to train" in capsys.readouterr().err
+    assert [p.stat().st_mtime_ns for p in finished] == stamps
+    again = json.loads(layout.path_record(out, "xe_mmd").read_text())
+    assert again["points"][1]["train_seconds"] == ten_point["train_seconds"]  # kept, not reset
+    pd.testing.assert_frame_equal(pd.read_csv(written["xe_mmd"]), table)
+
+
+def test_bad_path_settings_are_refused_in_one_line(tmp_path):
+    from kcal.reruns.paths import regularisers, run_paths
+
+    with pytest.raises(ConfigError, match="nll_mmd is not a regulariser of classification; valid: xe_mmd"):
+        regularisers(compose_cfg("paths", "dataset=heart-disease", "paths.objectives=[nll_mmd]"))
+    with pytest.raises(ConfigError, match="paths.grids.xe_mmd must list weights > 0"):
+        regularisers(compose_cfg("paths", "dataset=heart-disease", "paths.grids.xe_mmd=[0,10]"))
+    assert regularisers(compose_cfg("paths", "dataset=crime")) == ["nll_mmd", "nll_mmd_tanh"]
+    with pytest.raises(ConfigError, match="paths.n_seeds must be >= 2"):
+        run_paths(compose_cfg("paths", "dataset=heart-disease", "paths.n_seeds=1", f"root={tmp_path}"))
+
+
+def test_the_kernel_check_tells_an_active_x_kernel_from_the_identity():
+    from kcal.reruns.paths import kernel_check
+
+    x = torch.randn(256, 20, generator=torch.Generator().manual_seed(0))
+    median = 2.0 * 20  # squared distance of two rows of unit-variance features, on average
+    active = kernel_check(x, {"bandwidth_z": median, "bandwidth_y": 0.1}, batch_size=64, max_batches=4)
+    off = kernel_check(x, {"bandwidth_z": 1e-3}, batch_size=64, max_batches=4)
+    assert active["x"]["batches"] == 4 and active["x"]["mean"] == pytest.approx(math.exp(-1), abs=0.05)
+    assert active["x"]["share_above_0.001"] > 0.99 and off["x"]["share_above_0.001"] == 0.0
+    assert active["y"]["at_2"] == pytest.approx(math.exp(-20)) and "y" not in off
+    assert kernel_check(x, {"bandwidth": 0.4, "scaling": "authors"}, 64, 4) == {}  # MMCE: no x-kernel
+
+
+@needs("heart-disease")
+def test_a_path_goes_on_until_the_regulariser_dominates(tmp_path, capsys):
+    from kcal.reruns.paths import next_weight, run_paths
+
+    assert [next_weight(w) for w in (1, 3, 10, 0.3, 0.001, 3000)] == [3, 10, 30, 1, 0.003, 10000]
+    over = [*HEART[:-1], "paths.max_extension=1", f"root={tmp_path}"]
+    table = pd.read_csv(run_paths(compose_cfg("paths", *over, "paths.dominant_share=1e9"))["xe_mmd"])
+    assert sorted(set(table["weight"])) == [0.0, 10.0, 30.0]  # one point further, at most max_extension
+    assert "xe_mmd: share" in capsys.readouterr().err
+    record = json.loads(layout.path_record(layout.paths_dir(tmp_path, "heart-disease"), "xe_mmd").read_text())
+    assert record["grid"] == [0.0, 10.0, 30.0] and record["grid_config"] == [10]
+    table = pd.read_csv(run_paths(compose_cfg("paths", *over, "paths.dominant_share=1e-9"))["xe_mmd"])
+    assert sorted(set(table["weight"])) == [0.0, 10.0]  # dominant at λ = 10 already: no further point
