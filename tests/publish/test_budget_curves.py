@@ -22,7 +22,8 @@ def test_runs_band_is_the_mean_and_range_of_the_runs_curves_up_to_the_shortest_r
     assert np.allclose(band["mean"], curves.mean(0))
     assert np.allclose(band["low"], curves.min(0)) and np.allclose(band["high"], curves.max(0))
     one = budget_figures.runs_band([[0.5, 0.4, 0.3]], maximize=False)
-    assert np.array_equal(one["low"], one["mean"]) and np.array_equal(one["high"], one["mean"])
+    np.testing.assert_allclose(one["low"], one["mean"])
+    np.testing.assert_allclose(one["high"], one["mean"])
     with pytest.raises(ValueError, match="at least one run"):
         budget_figures.runs_band([], maximize=True)
 
