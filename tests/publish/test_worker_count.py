@@ -16,6 +16,7 @@ from kcal.publish.worker_count import (
     NOT_COMPARED,
     OUTSIDE,
     README_ADVICE,
+    README_LIMIT,
     WITHIN,
     Runs,
     agreement,
@@ -160,3 +161,8 @@ def test_a_dataset_with_one_reference_run_is_not_compared(heart):
     runs = Runs({PUBLISHED: heart}, {PUBLISHED: studies}, {PUBLISHED: pd.DataFrame(columns=KEY_COLUMNS)})
     found = compare_dataset(runs, runs, "heart-disease", 8)
     assert found.verdict == NOT_COMPARED and found.objectives == [] and found.cells.empty
+
+
+def test_the_readme_states_the_measured_limit_the_section_quotes():
+    """The published verdict on heart-disease is *worse*: the README states the limit the section quotes."""
+    assert README_LIMIT in " ".join((REPO / "README.md").read_text().split())
