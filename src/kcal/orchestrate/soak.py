@@ -8,8 +8,10 @@ runs ``kcal reproduce`` for one (dataset, objective) on ``--workers`` pool proce
 its seeds) and, while it runs:
 
 * every ``--kill-every LO HI`` seconds (uniform, from ``--seed``; at most ``--max-kills`` times) SIGKILLs one
-  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_pool` starts its pool again; the dead trials are retried once
-  their heartbeat is stale);
+  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_pool` puts a new worker in
+  its place and the others go on: a dead trial is retried once its heartbeat is stale, a dead chunk's
+  unfinished seeds are queued again; a worker killed while no task of the pool runs makes pebble stop the
+  pool, and a new pool takes its place);
 * ``--moves`` times, the root is moved as ``state/README.md`` tells a user to move one between machines: ``kcal
   state export`` while it runs, SIGKILL of the whole run (its process group), ``kcal state import`` into a new
   root, and the same command resumed there. Move ``i`` of ``m`` happens once ``i / m`` of the profile's
@@ -20,8 +22,11 @@ At the end (:func:`check`): the last root's study holds exactly ``sweep.n_trials
 number is there twice and no retried trial counts beside its retry, and every seed finished once; then every
 seed is trained again from the recorded selected trial (``kcal seeds ... seeds_run.best_file=...``) in a fresh
 root and its metrics must equal the soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of
-the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way. Other ``key=value`` arguments are passed to every ``kcal`` command
-(e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``). Linux only (reads ``/proc``).
+the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way: the workers
+killed, the tasks whose worker died and were taken over by a new worker ("replaced in place"; a worker killed
+between tasks is replaced without a line), and the pools started again. Other ``key=value`` arguments are
+passed to every ``kcal`` command (e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``).
+Linux only (reads ``/proc``).
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ class Soak:
     roots: list[Path] = field(default_factory=list)
     kills: int = 0
     moves: int = 0
-    restarts: int = 0
+    replaced: int = 0  # tasks whose worker died, taken over by a new worker (its lines in the log)
+    restarts: int = 0  # pools pebble stopped and run_pool started again
     exit: int = 0  # the last run's exit status
 
 
@@ -166,7 +172,8 @@ def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
                 proc = start(new_root)
     log.close()
     out.exit = proc.returncode
-    out.restarts = (args.dir / "soak.log").read_text().count("pool started again")
+    text = (args.dir / "soak.log").read_text()
+    out.replaced, out.restarts = text.count("a new worker took its place"), text.count("pool started again")
     return out
 
 
@@ -285,13 +292,13 @@ def main(argv: list[str] | None = None) -> None:
     if result.exit != 0:
         last = [ln for ln in (args.dir / "soak.log").read_text().splitlines() if ln.startswith("error")]
         print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: the run exited {result.exit} after "
-              f"{time.monotonic() - t0:.0f} s, {result.kills} workers killed, {result.restarts} pool restarts, "
-              f"{result.moves} moves ({last[-1] if last else 'see ' + str(args.dir / 'soak.log')})")  # fmt: skip
+              f"{time.monotonic() - t0:.0f} s, {result.kills} workers killed, {result.replaced} replaced in place, "
+              f"{result.restarts} pool restarts, {result.moves} moves ({last[-1] if last else 'see ' + str(args.dir / 'soak.log')})")  # fmt: skip
         sys.exit(1)
     problems = check(args, overrides, result)
     print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: {args.trials} trials and {args.seeds} "
-          f"seeds in {time.monotonic() - t0:.0f} s; {result.kills} workers killed, {result.restarts} pool restarts, "
-          f"{result.moves} moves ({' -> '.join(p.name for p in result.roots)}); "
+          f"seeds in {time.monotonic() - t0:.0f} s; {result.kills} workers killed, {result.replaced} replaced in place, "
+          f"{result.restarts} pool restarts, {result.moves} moves ({' -> '.join(p.name for p in result.roots)}); "
           + ("nothing lost or duplicated, every seed equals a fresh run" if not problems else "; ".join(problems)))  # fmt: skip
     sys.exit(1 if problems else 0)
 
