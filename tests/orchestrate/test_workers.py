@@ -254,6 +254,41 @@ def test_a_dead_seed_chunk_is_queued_again(tmp_path, capsys):
     assert count_problems(tmp_path, "heart-disease", "xe", 1, 2) == []
 
 
+@pytest.mark.slow
+@needs("heart-disease")
+def test_a_pool_stopped_while_it_waits_is_replaced_once_there_is_work(tmp_path, capsys):
+    """Workers killed while the pool only waits for a trial running elsewhere: no new pool is started for the
+    wait (three such deaths would end the run at max_deaths=2 if it were), one once the seeds need it."""
+    import optuna
+
+    from kcal.orchestrate import workers
+    from kcal.orchestrate.reproduce import protocol_progress
+    from kcal.orchestrate.soak import count_problems, study_of
+    from kcal.sweep.studies import STATUS
+
+    first = heart_disease_stage(tmp_path, "sweep.n_trials=1", "seeds_run.n_seeds=1")
+    workers.run_pool([first], 2, protocol_progress([first], 2), poll_s=0.5)
+    elsewhere = study_of(tmp_path, "heart-disease", "xe").ask()  # the study's second trial, run elsewhere
+    capsys.readouterr()
+    stage = heart_disease_stage(tmp_path, "sweep.n_trials=2", "seeds_run.n_seeds=2")
+
+    def kill_then_finish_elsewhere():
+        wait_for(lambda: len(multiprocessing.active_children()) == 2, 60, "two workers waiting")
+        for _ in range(3):
+            for child in multiprocessing.active_children()[:1]:
+                child.kill()
+            time.sleep(1.0)  # several of run_pool's polls: it sees its pool stopped
+        elsewhere.set_user_attr(STATUS, "diverged")  # a failed trial that uses up its slot
+        study_of(tmp_path, "heart-disease", "xe").tell(elsewhere.number, state=optuna.trial.TrialState.FAIL)
+
+    threading.Thread(target=kill_then_finish_elsewhere, daemon=True).start()
+    workers.run_pool([stage], 2, protocol_progress([stage], 2), poll_s=0.5, max_deaths=2)
+    err = capsys.readouterr().err
+    assert "waiting for trials running elsewhere" in err and "a new worker took its place" not in err, err
+    assert err.count("pool started again") == 1 and "its 0 queued tasks are queued again" in err, err
+    assert count_problems(tmp_path, "heart-disease", "xe", 2, 2) == []
+
+
 def heart_disease_stage(root, *overrides):
     from hydra import compose, initialize_config_dir
 

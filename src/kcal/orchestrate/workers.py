@@ -213,7 +213,8 @@ def run_pool(
     (:mod:`kcal.sweep.search`). A dead chunk of seeds is queued again with those of its seeds that have no
     ``metrics.json``. A worker that dies while no task of the pool runs (e.g. while the workers start) makes
     pebble stop the whole pool (``BrokenProcessPool``): a new pool takes its place and the queued tasks, none
-    of which had started, are queued again. After ``max_deaths`` deaths in a row with no task finished in
+    of which had started, are queued again (a pool stopped while this process only waits for trials running
+    elsewhere is replaced once there is work for it). After ``max_deaths`` deaths in a row with no task finished in
     between, the next one ends it with an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a
     command); what finished is kept and a rerun resumes."""
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
@@ -437,11 +438,12 @@ def run_pool(
     try:
         while True:
             release_seeds()
-            if not pool.active:
-                pool = restart(pool)
-            fill(pool)
-            if not pool.active:
-                continue
+            if not pool.active and (futures or seed_queue or next_trial() is not None):
+                pool = restart(pool)  # only when there is work for it: no new workers to wait with
+            if pool.active:
+                fill(pool)
+                if not pool.active:  # pebble stopped it while the tasks went in
+                    continue
             if not futures:
                 if len(swept) == len(studies):
                     pool.close()
