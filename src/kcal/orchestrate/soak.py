@@ -20,9 +20,9 @@ its seeds) and, while it runs:
 
 At the end (:func:`check`): the last root's study holds exactly ``sweep.n_trials`` counted trials, no trial
 number is there twice and no retried trial counts beside its retry, and every seed finished once; then every
-seed is trained again from the recorded selected trial (``kcal seeds ... seeds_run.best_file=...``) in a fresh
-root and its metrics must equal the soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of
-the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way: the workers
+seed is trained again from the recorded selected trial (as ``kcal seeds ... seeds_run.best_file=...`` would, but
+in the stacks the soak trained it in, :func:`fresh_seeds`) in a fresh root and its metrics must equal the
+soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way: the workers
 killed, the tasks whose worker died and were taken over by a new worker ("replaced in place"; a worker killed
 between tasks is replaced without a line), and the pools started again. Other ``key=value`` arguments are
 passed to every ``kcal`` command (e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``).
@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +52,12 @@ from kcal.data import get_spec
 from kcal.sweep.studies import counted
 
 METRIC_RTOL = 1e-5
-"""A soaked seed's metrics against its fresh rerun: the same code on the same machine, but the seeds may
-train in other chunks (another stack size of the vectorised model), whose reductions may round differently
-in the last bits; 1e-5 relative (float32 training) is far below any seed-to-seed difference (~1e-2)."""
+"""A soaked seed's metrics against its fresh rerun: the same code, the same stacks of the vectorised model, on the
+same machine (another process and thread count); measured equal bit for bit (50 of 50 seeds of the long soak).
+1e-5 relative (float32 training) is far below any seed-to-seed difference (~1e-2). A rerun in other stacks is
+not comparable: another stack size rounds differently in the last bits, which can move a seed's early stop by
+epochs (measured: the seeds of a soak, trained there in 7-seed stacks, trained again as one stack of 50: 14 of 50
+differ, 11 of them stopped at another epoch, by up to 0.11 in test accuracy)."""
 SPREAD_SHARE = 0.01
 """...or, where larger, this share of the metric's standard deviation over the seeds: a metric computed after
 an iterative float32 fit (the official flavour's temperature) carries those last-bit differences of the
@@ -215,15 +219,40 @@ def finished_seeds(root: Path, dataset: str, objective: str) -> list[int]:
     ]
 
 
+def soaked_stacks(root: Path, dataset: str, objective: str) -> list[list[int]]:
+    """The stacks the root's finished seeds trained in, as each seed's ``run.json`` records them (a vectorised
+    model's seeds; a seed trained alone: itself), ordered by their first seed."""
+    label, stacks = layout.label_dir(root, dataset, objective), {}
+    for k in finished_seeds(root, dataset, objective):
+        info = json.loads((layout.seed_dir(label, k) / layout.RUN_INFO_FILE).read_text())
+        stacks[tuple(info.get("vectorized", {}).get("seeds", [k]))] = None
+    return sorted((list(s) for s in stacks), key=lambda s: s[0])
+
+
+def fresh_seeds(dataset: str, objective: str, overrides: list[str], root: Path, fresh: Path) -> None:
+    """Train every finished seed of ``root`` again into the new root ``fresh`` from ``root``'s recorded selected
+    trial, stack by stack as they trained there (:func:`soaked_stacks`; see :data:`METRIC_RTOL`)."""
+    from hydra import compose, initialize_config_dir
+
+    from kcal.configs import CONFIG_DIR
+    from kcal.reruns.seeds import seed_dirs, seed_plan, train_seeds
+
+    best = layout.sweep_dir(root, dataset, objective) / layout.BEST_FILE
+    over = [f"dataset={dataset}", f"objective={objective}", f"seeds_run.best_file={best}", f"root={fresh}"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("seeds", overrides=[*over, *overrides])
+    base, _ = seed_plan(cfg)
+    dirs = seed_dirs(cfg)
+    for stack in soaked_stacks(root, dataset, objective):
+        train_seeds(base, stack, [dirs[k] for k in stack], cfg)
+
+
 def rerun_problems(args: argparse.Namespace, overrides: list[str], root: Path) -> list[str]:
-    """Seeds whose metrics differ from a fresh run of the recorded selected trial (``kcal seeds``)."""
+    """Seeds whose metrics differ from a fresh run of the recorded selected trial (:func:`fresh_seeds`)."""
     dataset, objective, problems = args.dataset, args.objective, []
     fresh = args.dir / "fresh"
-    best = layout.sweep_dir(root, dataset, objective) / layout.BEST_FILE
-    with (args.dir / "soak.log").open("a") as log:
-        subprocess.run(kcal_command(["seeds", f"dataset={dataset}", f"objective={objective}",
-                                     f"seeds_run.best_file={best}", f"root={fresh}", *overrides]),
-                       check=True, stdout=log, stderr=log)  # fmt: skip
+    with (args.dir / "soak.log").open("a") as log, redirect_stdout(log), redirect_stderr(log):
+        fresh_seeds(dataset, objective, overrides, root, fresh)
     seeds = finished_seeds(root, dataset, objective)
     metrics = {}
     for k in seeds:
