@@ -177,7 +177,8 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
 def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
     """Workers that die before any task finishes (here: killed as soon as they start, so pebble stops its pool
     each time; out of memory on every task, or killed faster than a trial takes, alike): a new pool takes
-    the dead one's place max_deaths times, then the command stops with one line (exit 2)."""
+    the dead one's place max_deaths times per worker (one worker here), then the command stops with one line
+    (exit 2)."""
     from kcal.core.errors import IncompleteError
     from kcal.orchestrate import workers
     from kcal.orchestrate.reproduce import protocol_progress
@@ -186,13 +187,15 @@ def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
     try:
         kill_workers(stop := threading.Event(), times=None)
         with pytest.raises(
-            IncompleteError, match="3 worker processes died in a row with no task finished"
+            IncompleteError,
+            match=r"3 worker processes died in a row \(2 per worker of 1\) with no task finished",
         ) as err:
             workers.run_pool([stage], 1, protocol_progress([stage], 1), poll_s=0.5, max_deaths=2)
     finally:
         stop.set()
     assert "\n" not in str(err.value)
-    assert capsys.readouterr().err.count("pool started again") == 2
+    # a pool stopped before its task went in costs no task and does not count: seldom, but it can happen here
+    assert capsys.readouterr().err.count("pool started again") >= 2
     assert not multiprocessing.active_children()
 
 
@@ -258,7 +261,7 @@ def test_a_dead_seed_chunk_is_queued_again(tmp_path, capsys):
 @needs("heart-disease")
 def test_a_pool_stopped_while_it_waits_is_replaced_once_there_is_work(tmp_path, capsys):
     """Workers killed while the pool only waits for a trial running elsewhere: no new pool is started for the
-    wait (three such deaths would end the run at max_deaths=2 if it were), one once the seeds need it."""
+    wait (three such pools on top of the broken one if it were), one once the seeds need it."""
     import optuna
 
     from kcal.orchestrate import workers
@@ -285,7 +288,9 @@ def test_a_pool_stopped_while_it_waits_is_replaced_once_there_is_work(tmp_path, 
     workers.run_pool([stage], 2, protocol_progress([stage], 2), poll_s=0.5, max_deaths=2)
     err = capsys.readouterr().err
     assert "waiting for trials running elsewhere" in err and "a new worker took its place" not in err, err
-    assert err.count("pool started again") == 1 and "its 0 queued tasks are queued again" in err, err
+    assert (
+        err.count("pool started again") == 1 and "no task lost); its 0 queued tasks are queued again" in err
+    ), err
     assert count_problems(tmp_path, "heart-disease", "xe", 2, 2) == []
 
 

@@ -169,10 +169,14 @@ def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> t
 # ------------------------------------------------------------------------------------------------
 # the parent: what to submit next, and what a dead worker costs
 # ------------------------------------------------------------------------------------------------
-MAX_DEATHS_IN_A_ROW = 10
-""":func:`run_pool` gives up at the worker death after this many in a row with no task finished in between (a
-worker that dies on every task, e.g. out of memory, or workers killed faster than a trial finishes, would
-otherwise be replaced for ever)."""
+MAX_DEATHS_PER_WORKER = 10
+""":func:`run_pool` gives up at the worker death after this many per worker (``10 * jobs``) in a row with no task
+finished in between (a worker that dies on every task, e.g. out of memory, or workers killed faster than their
+tasks finish, would otherwise be replaced for ever); deaths that cost no task do not count. Per worker: a death
+costs one worker's task while the others go on, so ``jobs`` deaths in a row cost about what one did when it
+restarted the whole pool (the limit was 10 such restarts). A flat 10 stopped the long soak (8 workers, a kill
+every 20 to 60 s) in its seed reruns: 8 chunks of 7 seeds trained for minutes side by side on 2 cores, and 11
+kills came before the first of them finished."""
 
 
 def death_cause(exc: ProcessExpired) -> str:
@@ -202,7 +206,7 @@ def run_pool(
     jobs: int,
     progress: Progress,
     poll_s: float = 5.0,
-    max_deaths: int = MAX_DEATHS_IN_A_ROW,
+    max_deaths: int = MAX_DEATHS_PER_WORKER,
 ) -> None:
     """Run every stage's sweep trials and seed chunks on ``jobs`` processes; return when all are done.
 
@@ -214,9 +218,10 @@ def run_pool(
     ``metrics.json``. A worker that dies while no task of the pool runs (e.g. while the workers start) makes
     pebble stop the whole pool (``BrokenProcessPool``): a new pool takes its place and the queued tasks, none
     of which had started, are queued again (a pool stopped while this process only waits for trials running
-    elsewhere is replaced once there is work for it). After ``max_deaths`` deaths in a row with no task finished in
-    between, the next one ends it with an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a
-    command); what finished is kept and a rerun resumes."""
+    elsewhere is replaced once there is work for it). After ``max_deaths * jobs`` deaths in a row that cost a task (its
+    worker's, or the queued ones of a stopped pool) with no task finished in between, the next one ends it with
+    an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a command); what finished is kept and a
+    rerun resumes."""
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
     owners = {s.study_key: s for s in stages if s.sweeps}
     opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
@@ -352,12 +357,12 @@ def run_pool(
         """Count a worker death; the note for its line, or the error when too many came in a row."""
         deaths["all"] += 1
         deaths["in_a_row"] += 1
-        if deaths["in_a_row"] > max_deaths:
+        if deaths["in_a_row"] > max_deaths * jobs:
             raise IncompleteError(
-                f"{deaths['in_a_row']} worker processes died in a row with no task finished in between (a worker "
-                "that dies on every task, e.g. out of memory, or workers killed faster than a trial "
-                "finishes); what finished is kept: rerun the same command to resume (fewer reproduce.jobs if "
-                "memory is short)"
+                f"{deaths['in_a_row']} worker processes died in a row ({max_deaths} per worker of {jobs}) with no "
+                "task finished in between (a worker that dies on every task, e.g. out of memory, or workers "
+                "killed faster than their tasks finish); what finished is kept: rerun the same command to resume "
+                "(fewer reproduce.jobs if memory is short)"
             )
         in_a_row = deaths["in_a_row"]
         return f"death {deaths['all']}" + (f", {in_a_row} in a row with no task finished" * (in_a_row > 1))
@@ -407,8 +412,10 @@ def run_pool(
 
     def restart(pool: pebble.ProcessPool) -> pebble.ProcessPool:
         """pebble stopped ``pool`` (a worker died while none of its tasks ran): stop its workers, queue its
-        tasks again (none had started; a result that came back still counts) and start a new pool."""
-        note = death()
+        tasks again (none had started; a result that came back still counts) and start a new pool. The death
+        counts towards the limit (``max_deaths * jobs``) when it cost queued tasks; one while the pool had none (it waited for
+        trials running elsewhere) costs nothing, like that of an idle worker which pebble replaces silently
+        while other workers run tasks."""
         stop_pool(pool)
         deaths["pools"] += 1
         for fut in list(futures):
@@ -419,10 +426,11 @@ def run_pool(
             else:  # queued, or (pebble's races) never answered: its worker is gone now
                 queue_again(task)
                 deaths["unrun"] += 1
+        unrun, deaths["unrun"] = deaths["unrun"], 0
+        note = death() if unrun else "no task lost"
         print(f"a worker process died while no task of the pool ran, which stops a pebble pool: pool started "
-              f"again (restart {deaths['pools']}; {note}); its {deaths['unrun']} queued tasks are queued again",
+              f"again (restart {deaths['pools']}; {note}); its {unrun} queued tasks are queued again",
               file=sys.stderr, flush=True)  # fmt: skip
-        deaths["unrun"] = 0
         return new_pool()
 
     def forget(fut: Future) -> None:
