@@ -52,7 +52,7 @@ PIPELINE_EXTRA = "pipeline"
 #: what they bring (omegaconf with Hydra, sqlalchemy with Optuna, lightning_fabric with Lightning)
 PIPELINE_MODULES = frozenset({
     "hydra", "hydra_plugins", "omegaconf", "pytorch_lightning", "lightning_fabric", "optuna", "sqlalchemy",
-    "pandas", "sklearn", "ucimlrepo", "matplotlib", "tqdm", "psycopg2", "submitit",
+    "pandas", "sklearn", "ucimlrepo", "matplotlib", "tqdm", "psycopg2", "submitit", "pebble",
 })  # fmt: skip
 
 

@@ -1,10 +1,18 @@
-"""kcal.orchestrate.workers: a pool worker does not outlive the reproduction that started it."""
+"""kcal.orchestrate.workers: a pool worker does not outlive the reproduction that started it, and a worker that
+dies costs only its own task."""
 
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+
+import pytest
+
+from ..data.conftest import needs
 
 # The middle process plays the reproduction: it starts one worker watched by exit_with_parent, prints
 # the worker's pid, and waits. The worker would sleep for 10 minutes if nothing stopped it.
@@ -98,25 +106,216 @@ def test_core_scaling_script_runs():
     assert "scaling: min" in out.stdout
 
 
-def test_a_pool_that_keeps_breaking_gives_up_in_one_line(monkeypatch, capsys):
-    """Workers that die before any task finishes (killed faster than a trial takes, or out of memory on every
-    task): the pool starts again max_restarts times, then the command stops with one line (exit 2)."""
-    from concurrent.futures.process import BrokenProcessPool
+# a smoke reproduction of heart-disease XE on 3 workers: 6 trials of 40 epochs (about a second or two each, so a
+# poll sees a worker in the middle of one) and 3 seeds, one chunk each; a killed worker's trial goes stale 3 s
+# after its last heartbeat
+DEAD_WORKER_RUN = ["task=classification", "reproduce.datasets=[heart-disease]", "reproduce.objectives=[xe]",
+                   "reproduce.jobs=3", "reproduce.tables=false", "profile=smoke", "sweep.n_trials=6",
+                   "seeds_run.n_seeds=3", "seeds_run.vectorized=false", "trainer.max_epochs=40",
+                   "trainer.min_epochs=40", "sweep.heartbeat_interval=1", "sweep.grace_period=3"]  # fmt: skip
 
-    import pytest
 
+def wait_for(condition, timeout: float, what: str, poll_s: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"no {what} after {timeout} s")
+
+
+@pytest.mark.slow
+@needs("heart-disease")
+def test_a_dead_worker_costs_only_its_task(tmp_path):
+    """SIGKILL one of three workers in the middle of a trial: a new worker takes its place, the two others keep
+    their processes and finish the trials they were training, and the run ends with every trial and seed once."""
+    import optuna
+
+    from kcal.orchestrate.soak import count_problems, pool_workers, study_of
+
+    root, err = tmp_path / "root", tmp_path / "stderr.log"
+    with err.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "kcal", "reproduce", *DEAD_WORKER_RUN, f"root={root}"],
+                                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # fmt: skip
+    try:
+
+        def training() -> dict[int, optuna.trial.FrozenTrial] | None:
+            """The trials in training, by worker pid, once all three workers train one."""
+            try:
+                trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
+            except Exception:  # noqa: BLE001 - storage or study not created yet, or busy
+                return None
+            workers = pool_workers(proc.pid)
+            running = {t.user_attrs.get("pid"): t for t in trials
+                       if t.state == optuna.trial.TrialState.RUNNING and "run_dir" in t.user_attrs}  # fmt: skip
+            return running if len(workers) == 3 and set(workers) <= set(running) else None
+
+        running = wait_for(training, 300, "three workers training at once")
+        victim = min(running, key=lambda pid: running[pid].datetime_start)
+        os.kill(victim, signal.SIGKILL)
+        others = {pid: running[pid].number for pid in running if pid != victim}
+        line = wait_for(lambda: [ln for ln in err.read_text().splitlines() if "a new worker took its place" in ln],
+                        120, "line about the dead worker")  # fmt: skip
+        assert (
+            len(line) == 1 and f"pid {victim}, SIGKILL" in line[0] and "trial of heart-disease/xe" in line[0]
+        )
+        assert all(alive(pid) for pid in others), "the other workers were stopped with the dead one"
+        assert set(others) <= set(pool_workers(proc.pid)) and len(pool_workers(proc.pid)) == 3
+        assert proc.wait(timeout=600) == 0, err.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = err.read_text()
+    assert "pool started again" not in log and log.count("a new worker took its place") == 1, log[-3000:]
+    trials = {t.number: t for t in study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)}
+    assert trials[running[victim].number].state == optuna.trial.TrialState.FAIL  # stale, then retried
+    assert all(trials[n].state == optuna.trial.TrialState.COMPLETE for n in others.values()), "others cut off"
+    assert count_problems(root, "heart-disease", "xe", 6, 3) == []  # every trial and seed once
+
+
+def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
+    """Workers that die before any task finishes (here: killed as soon as they start, so pebble stops its pool
+    each time; out of memory on every task, or killed faster than a trial takes, alike): a new pool takes
+    the dead one's place max_deaths times per worker (one worker here), then the command stops with one line
+    (exit 2)."""
     from kcal.core.errors import IncompleteError
-    from kcal.core.progress import Progress
     from kcal.orchestrate import workers
+    from kcal.orchestrate.reproduce import protocol_progress
 
-    calls = []
+    stage = heart_disease_stage(tmp_path)
+    try:
+        kill_workers(stop := threading.Event(), times=None)
+        with pytest.raises(
+            IncompleteError,
+            match=r"3 worker processes died in a row \(2 per worker of 1\) with no task finished",
+        ) as err:
+            workers.run_pool([stage], 1, protocol_progress([stage], 1), poll_s=0.5, max_deaths=2)
+    finally:
+        stop.set()
+    assert "\n" not in str(err.value)
+    # a pool stopped before its task went in costs no task and does not count: seldom, but it can happen here
+    assert capsys.readouterr().err.count("pool started again") >= 2
+    assert not multiprocessing.active_children()
 
-    def broken(*args, **kwargs):
-        calls.append(1)
-        raise BrokenProcessPool("a process in the pool was terminated abruptly")
 
-    monkeypatch.setattr(workers, "run_pool_once", broken)
-    with pytest.raises(IncompleteError, match="broke 3 times in a row with no task finished") as err:
-        workers.run_pool([], 1, Progress(0, "test"), max_restarts=2)
-    assert len(calls) == 3 and "\n" not in str(err.value)
-    assert capsys.readouterr().err.count("pool started again") == 2
+@pytest.mark.slow
+@needs("heart-disease")
+def test_a_pool_stopped_by_a_death_between_tasks_is_replaced(tmp_path, capsys):
+    """A worker killed while no task of the pool runs (here: as the pool starts) makes pebble stop the whole
+    pool: a new one takes its place, the tasks that were queued are queued again, and every trial and seed
+    runs once."""
+    from kcal.orchestrate import workers
+    from kcal.orchestrate.reproduce import protocol_progress
+    from kcal.orchestrate.soak import count_problems
+
+    stage = heart_disease_stage(tmp_path, "sweep.n_trials=3", "seeds_run.n_seeds=2")
+    try:
+        kill_workers(stop := threading.Event(), times=1)
+        workers.run_pool([stage], 2, protocol_progress([stage], 2), poll_s=0.5)
+    finally:
+        stop.set()
+    err = capsys.readouterr().err
+    assert err.count("pool started again") == 1 and re.search(
+        r"its [0-3] queued tasks are queued again", err
+    ), err
+    assert count_problems(tmp_path, "heart-disease", "xe", 3, 2) == []
+
+
+@pytest.mark.slow
+@needs("heart-disease")
+def test_a_dead_seed_chunk_is_queued_again(tmp_path, capsys):
+    """The pool's one worker killed while it trains a seed: a new worker takes its place and trains the seed
+    again (unless it finished just before the kill); every seed once."""
+    from kcal.core import layout
+    from kcal.orchestrate import workers
+    from kcal.orchestrate.reproduce import protocol_progress
+    from kcal.orchestrate.soak import count_problems
+
+    stage = heart_disease_stage(tmp_path, "sweep.n_trials=1", "seeds_run.n_seeds=2", "seeds_run.vectorized=false",
+                                "trainer.max_epochs=40", "trainer.min_epochs=40")  # fmt: skip
+    seeds = [layout.seed_dir(layout.label_dir(tmp_path, "heart-disease", "xe"), k) for k in range(2)]
+    stop = threading.Event()
+
+    def kill_while_a_seed_trains():
+        while not stop.is_set():
+            if any(d.is_dir() and not layout.is_finished(d) for d in seeds):
+                multiprocessing.active_children()[0].kill()
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=kill_while_a_seed_trains, daemon=True).start()
+    try:
+        workers.run_pool([stage], 1, protocol_progress([stage], 1), poll_s=0.5)
+    finally:
+        stop.set()
+    err = capsys.readouterr().err
+    died = [ln for ln in err.splitlines() if "a new worker took its place" in ln]
+    assert len(died) == 1 and re.search(r"while it ran seed [01] of heart-disease/xe", died[0]), err
+    assert re.search(r"(0 of its seeds had finished, 1|1 of its seeds had finished, 0) queued again", died[0])
+    assert "pool started again" not in err
+    assert count_problems(tmp_path, "heart-disease", "xe", 1, 2) == []
+
+
+@pytest.mark.slow
+@needs("heart-disease")
+def test_a_pool_stopped_while_it_waits_is_replaced_once_there_is_work(tmp_path, capsys):
+    """Workers killed while the pool only waits for a trial running elsewhere: no new pool is started for the
+    wait (three such pools on top of the broken one if it were), one once the seeds need it."""
+    import optuna
+
+    from kcal.orchestrate import workers
+    from kcal.orchestrate.reproduce import protocol_progress
+    from kcal.orchestrate.soak import count_problems, study_of
+    from kcal.sweep.studies import STATUS
+
+    first = heart_disease_stage(tmp_path, "sweep.n_trials=1", "seeds_run.n_seeds=1")
+    workers.run_pool([first], 2, protocol_progress([first], 2), poll_s=0.5)
+    elsewhere = study_of(tmp_path, "heart-disease", "xe").ask()  # the study's second trial, run elsewhere
+    capsys.readouterr()
+    stage = heart_disease_stage(tmp_path, "sweep.n_trials=2", "seeds_run.n_seeds=2")
+
+    def kill_then_finish_elsewhere():
+        wait_for(lambda: len(multiprocessing.active_children()) == 2, 60, "two workers waiting")
+        for _ in range(3):
+            for child in multiprocessing.active_children()[:1]:
+                child.kill()
+            time.sleep(1.0)  # several of run_pool's polls: it sees its pool stopped
+        elsewhere.set_user_attr(STATUS, "diverged")  # a failed trial that uses up its slot
+        study_of(tmp_path, "heart-disease", "xe").tell(elsewhere.number, state=optuna.trial.TrialState.FAIL)
+
+    threading.Thread(target=kill_then_finish_elsewhere, daemon=True).start()
+    workers.run_pool([stage], 2, protocol_progress([stage], 2), poll_s=0.5, max_deaths=2)
+    err = capsys.readouterr().err
+    assert "waiting for trials running elsewhere" in err and "a new worker took its place" not in err, err
+    assert (
+        err.count("pool started again") == 1 and "no task lost); its 0 queued tasks are queued again" in err
+    ), err
+    assert count_problems(tmp_path, "heart-disease", "xe", 2, 2) == []
+
+
+def heart_disease_stage(root, *overrides):
+    from hydra import compose, initialize_config_dir
+
+    from kcal.configs import CONFIG_DIR
+    from kcal.orchestrate.workers import Stage
+
+    over = ["dataset=heart-disease", "objective=xe", "profile=smoke", f"root={root}", *overrides]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return Stage("heart-disease", "xe", compose("seeds", overrides=over), sweeps=True)
+
+
+def kill_workers(stop: threading.Event, times: int | None) -> None:
+    """SIGKILL this process's worker processes as soon as they start, ``times`` of them (None: all), on a
+    thread of its own until ``stop`` is set."""
+
+    def kill():
+        killed = 0
+        while not stop.is_set() and (times is None or killed < times):
+            for child in multiprocessing.active_children():
+                child.kill()
+                killed += 1
+                break
+            time.sleep(0.05)
+
+    threading.Thread(target=kill, daemon=True).start()

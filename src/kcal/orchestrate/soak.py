@@ -8,8 +8,10 @@ runs ``kcal reproduce`` for one (dataset, objective) on ``--workers`` pool proce
 its seeds) and, while it runs:
 
 * every ``--kill-every LO HI`` seconds (uniform, from ``--seed``; at most ``--max-kills`` times) SIGKILLs one
-  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_pool` starts its pool again; the dead trials are retried once
-  their heartbeat is stale);
+  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_pool` puts a new worker in
+  its place and the others go on: a dead trial is retried once its heartbeat is stale, a dead chunk's
+  unfinished seeds are queued again; a worker killed while no task of the pool runs makes pebble stop the
+  pool, and a new pool takes its place);
 * ``--moves`` times, the root is moved as ``state/README.md`` tells a user to move one between machines: ``kcal
   state export`` while it runs, SIGKILL of the whole run (its process group), ``kcal state import`` into a new
   root, and the same command resumed there. Move ``i`` of ``m`` happens once ``i / m`` of the profile's
@@ -18,10 +20,13 @@ its seeds) and, while it runs:
 
 At the end (:func:`check`): the last root's study holds exactly ``sweep.n_trials`` counted trials, no trial
 number is there twice and no retried trial counts beside its retry, and every seed finished once; then every
-seed is trained again from the recorded selected trial (``kcal seeds ... seeds_run.best_file=...``) in a fresh
-root and its metrics must equal the soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of
-the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way. Other ``key=value`` arguments are passed to every ``kcal`` command
-(e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``). Linux only (reads ``/proc``).
+seed is trained again from the recorded selected trial (as ``kcal seeds ... seeds_run.best_file=...`` would, but
+in the stacks the soak trained it in, :func:`fresh_seeds`) in a fresh root and its metrics must equal the
+soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way: the workers
+killed, the tasks whose worker died and were taken over by a new worker ("replaced in place"; a worker killed
+between tasks is replaced without a line), and the pools started again. Other ``key=value`` arguments are
+passed to every ``kcal`` command (e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``).
+Linux only (reads ``/proc``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +52,12 @@ from kcal.data import get_spec
 from kcal.sweep.studies import counted
 
 METRIC_RTOL = 1e-5
-"""A soaked seed's metrics against its fresh rerun: the same code on the same machine, but the seeds may
-train in other chunks (another stack size of the vectorised model), whose reductions may round differently
-in the last bits; 1e-5 relative (float32 training) is far below any seed-to-seed difference (~1e-2)."""
+"""A soaked seed's metrics against its fresh rerun: the same code, the same stacks of the vectorised model, on the
+same machine (another process and thread count); measured equal bit for bit (50 of 50 seeds of the long soak).
+1e-5 relative (float32 training) is far below any seed-to-seed difference (~1e-2). A rerun in other stacks is
+not comparable: another stack size rounds differently in the last bits, which can move a seed's early stop by
+epochs (measured: the seeds of a soak, trained there in 7-seed stacks, trained again as one stack of 50: 14 of 50
+differ, 11 of them stopped at another epoch, by up to 0.11 in test accuracy)."""
 SPREAD_SHARE = 0.01
 """...or, where larger, this share of the metric's standard deviation over the seeds: a metric computed after
 an iterative float32 fit (the official flavour's temperature) carries those last-bit differences of the
@@ -64,7 +73,8 @@ class Soak:
     roots: list[Path] = field(default_factory=list)
     kills: int = 0
     moves: int = 0
-    restarts: int = 0
+    replaced: int = 0  # tasks whose worker died, taken over by a new worker (its lines in the log)
+    restarts: int = 0  # pools pebble stopped and run_pool started again
     exit: int = 0  # the last run's exit status
 
 
@@ -166,7 +176,8 @@ def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
                 proc = start(new_root)
     log.close()
     out.exit = proc.returncode
-    out.restarts = (args.dir / "soak.log").read_text().count("pool started again")
+    text = (args.dir / "soak.log").read_text()
+    out.replaced, out.restarts = text.count("a new worker took its place"), text.count("pool started again")
     return out
 
 
@@ -208,15 +219,40 @@ def finished_seeds(root: Path, dataset: str, objective: str) -> list[int]:
     ]
 
 
+def soaked_stacks(root: Path, dataset: str, objective: str) -> list[list[int]]:
+    """The stacks the root's finished seeds trained in, as each seed's ``run.json`` records them (a vectorised
+    model's seeds; a seed trained alone: itself), ordered by their first seed."""
+    label, stacks = layout.label_dir(root, dataset, objective), {}
+    for k in finished_seeds(root, dataset, objective):
+        info = json.loads((layout.seed_dir(label, k) / layout.RUN_INFO_FILE).read_text())
+        stacks[tuple(info.get("vectorized", {}).get("seeds", [k]))] = None
+    return sorted((list(s) for s in stacks), key=lambda s: s[0])
+
+
+def fresh_seeds(dataset: str, objective: str, overrides: list[str], root: Path, fresh: Path) -> None:
+    """Train every finished seed of ``root`` again into the new root ``fresh`` from ``root``'s recorded selected
+    trial, stack by stack as they trained there (:func:`soaked_stacks`; see :data:`METRIC_RTOL`)."""
+    from hydra import compose, initialize_config_dir
+
+    from kcal.configs import CONFIG_DIR
+    from kcal.reruns.seeds import seed_dirs, seed_plan, train_seeds
+
+    best = layout.sweep_dir(root, dataset, objective) / layout.BEST_FILE
+    over = [f"dataset={dataset}", f"objective={objective}", f"seeds_run.best_file={best}", f"root={fresh}"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("seeds", overrides=[*over, *overrides])
+    base, _ = seed_plan(cfg)
+    dirs = seed_dirs(cfg)
+    for stack in soaked_stacks(root, dataset, objective):
+        train_seeds(base, stack, [dirs[k] for k in stack], cfg)
+
+
 def rerun_problems(args: argparse.Namespace, overrides: list[str], root: Path) -> list[str]:
-    """Seeds whose metrics differ from a fresh run of the recorded selected trial (``kcal seeds``)."""
+    """Seeds whose metrics differ from a fresh run of the recorded selected trial (:func:`fresh_seeds`)."""
     dataset, objective, problems = args.dataset, args.objective, []
     fresh = args.dir / "fresh"
-    best = layout.sweep_dir(root, dataset, objective) / layout.BEST_FILE
-    with (args.dir / "soak.log").open("a") as log:
-        subprocess.run(kcal_command(["seeds", f"dataset={dataset}", f"objective={objective}",
-                                     f"seeds_run.best_file={best}", f"root={fresh}", *overrides]),
-                       check=True, stdout=log, stderr=log)  # fmt: skip
+    with (args.dir / "soak.log").open("a") as log, redirect_stdout(log), redirect_stderr(log):
+        fresh_seeds(dataset, objective, overrides, root, fresh)
     seeds = finished_seeds(root, dataset, objective)
     metrics = {}
     for k in seeds:
@@ -285,13 +321,13 @@ def main(argv: list[str] | None = None) -> None:
     if result.exit != 0:
         last = [ln for ln in (args.dir / "soak.log").read_text().splitlines() if ln.startswith("error")]
         print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: the run exited {result.exit} after "
-              f"{time.monotonic() - t0:.0f} s, {result.kills} workers killed, {result.restarts} pool restarts, "
-              f"{result.moves} moves ({last[-1] if last else 'see ' + str(args.dir / 'soak.log')})")  # fmt: skip
+              f"{time.monotonic() - t0:.0f} s, {result.kills} workers killed, {result.replaced} replaced in place, "
+              f"{result.restarts} pool restarts, {result.moves} moves ({last[-1] if last else 'see ' + str(args.dir / 'soak.log')})")  # fmt: skip
         sys.exit(1)
     problems = check(args, overrides, result)
     print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: {args.trials} trials and {args.seeds} "
-          f"seeds in {time.monotonic() - t0:.0f} s; {result.kills} workers killed, {result.restarts} pool restarts, "
-          f"{result.moves} moves ({' -> '.join(p.name for p in result.roots)}); "
+          f"seeds in {time.monotonic() - t0:.0f} s; {result.kills} workers killed, {result.replaced} replaced in place, "
+          f"{result.restarts} pool restarts, {result.moves} moves ({' -> '.join(p.name for p in result.roots)}); "
           + ("nothing lost or duplicated, every seed equals a fresh run" if not problems else "; ".join(problems)))  # fmt: skip
     sys.exit(1 if problems else 0)
 

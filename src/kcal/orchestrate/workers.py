@@ -1,10 +1,10 @@
 """One pool of worker processes for a whole reproduction (``reproduce.jobs``).
 
-The pool is :class:`concurrent.futures.ProcessPoolExecutor`; each task is one sweep trial or one
-chunk of seed reruns, so no process idles while work remains. The parent only decides what to
-submit next: a study's seed reruns (and Table 6's sample-size reruns of the same study) as soon as
-the study holds its ``n_trials`` finished trials, otherwise one more trial of the first study (in the
-plan's order) that still has a free slot. The slots themselves are Optuna's: a worker that finds the
+The pool is :class:`pebble.ProcessPool`; each task is one sweep trial or one chunk of seed reruns, so no
+process idles while work remains, and a worker that dies costs only its own task (:func:`run_pool`). The
+parent only decides what to submit next: a study's seed reruns (and Table 6's sample-size reruns of the same
+study) as soon as the study holds its ``n_trials`` finished trials, otherwise one more trial of the first study
+(in the plan's order) that still has a free slot. The slots themselves are Optuna's: a worker that finds the
 study full marks its trial surplus (see :mod:`kcal.sweep.search`), and trials of workers elsewhere (other
 machines on the same storage) count too. Each process trains with one torch thread
 (``trainer.num_threads``).
@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
 from collections import Counter, deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import optuna
+import pebble
 from omegaconf import DictConfig, OmegaConf
+from pebble import ProcessExpired
 
+from kcal.core import layout
 from kcal.core.errors import IncompleteError
 from kcal.core.progress import Progress
 from kcal.orchestrate.costs import Prediction, predict
@@ -56,10 +60,15 @@ ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_
 
 
 def init_worker(parent: int) -> None:
-    """Set up a pool worker: one torch thread, and an exit when ``parent`` (the pool's process) dies."""
+    """Set up a pool worker: one torch thread, Ctrl-C, and an exit when ``parent`` (the pool's process) dies.
+
+    pebble's workers ignore SIGINT; Ctrl-C (SIGINT to the terminal's process group) interrupts a worker's
+    trial again, so Optuna stores it as failed and a resumed run retries it without waiting for its heartbeat
+    to go stale."""
     import torch
 
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=exit_with_parent, args=(parent,), daemon=True).start()
 
 
@@ -158,11 +167,38 @@ def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> t
 
 
 # ------------------------------------------------------------------------------------------------
-# the parent: what to submit next
+# the parent: what to submit next, and what a dead worker costs
 # ------------------------------------------------------------------------------------------------
-MAX_POOL_RESTARTS = 10
-""":func:`run_pool` gives up when its pool broke this many times in a row with no task finished in between
-(a worker that dies on every task, e.g. out of memory, would otherwise restart it for ever)."""
+MAX_DEATHS_PER_WORKER = 10
+""":func:`run_pool` gives up at the worker death after this many per worker (``10 * jobs``) in a row with no task
+finished in between (a worker that dies on every task, e.g. out of memory, or workers killed faster than their
+tasks finish, would otherwise be replaced for ever); deaths that cost no task do not count. Per worker: a death
+costs one worker's task while the others go on, so ``jobs`` deaths in a row cost about what one did when it
+restarted the whole pool (the limit was 10 such restarts). A flat 10 stopped the long soak (8 workers, a kill
+every 20 to 60 s) in its seed reruns: 8 chunks of 7 seeds trained for minutes side by side on 2 cores, and 11
+kills came before the first of them finished."""
+
+
+def death_cause(exc: ProcessExpired) -> str:
+    """``pid 4242, SIGKILL`` (a signal) or ``pid 4242, exit code 1`` of a worker that died."""
+    code = exc.exitcode
+    if isinstance(code, int) and code < 0:
+        try:
+            how = signal.Signals(-code).name
+        except ValueError:
+            how = f"signal {-code}"
+    else:
+        how = f"exit code {code}"
+    return f"pid {exc.pid}, {how}"
+
+
+def stop_pool(pool: pebble.ProcessPool) -> None:
+    """Stop ``pool`` now: drop its queued tasks and kill its workers (pebble's own stop sends each worker a
+    SIGTERM and waits up to 3 s, one worker after the other, and a seed chunk does not stop on SIGTERM)."""
+    pool.stop()
+    for child in multiprocessing.active_children():
+        child.kill()
+    pool.join()
 
 
 def run_pool(
@@ -170,67 +206,41 @@ def run_pool(
     jobs: int,
     progress: Progress,
     poll_s: float = 5.0,
-    max_restarts: int = MAX_POOL_RESTARTS,
+    max_deaths: int = MAX_DEATHS_PER_WORKER,
 ) -> None:
     """Run every stage's sweep trials and seed chunks on ``jobs`` processes; return when all are done.
 
-    A worker process that dies (SIGKILL, the kernel's OOM killer) breaks the pool
-    (:class:`~concurrent.futures.process.BrokenProcessPool`). Its other workers are killed too, a line says
-    so, and a new pool plans the work again from the storage and the seed folders, as a resumed command
-    would: the trials that were running go stale once their heartbeat is older than ``sweep.grace_period``
-    and are retried (:mod:`kcal.sweep.search`), seeds without a ``metrics.json`` are trained again, and
-    nothing finished runs twice. After ``max_restarts`` restarts in a row without a finished task it gives up
-    with an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a command)."""
-    finished = Counter()
-    restarts = in_a_row = 0
-    while True:
-        before = finished["tasks"]
-        try:
-            return run_pool_once(stages, jobs, progress, poll_s, finished)
-        except BrokenProcessPool as exc:
-            for (
-                child
-            ) in multiprocessing.active_children():  # the broken pool's SIGTERM may not stop a seed chunk
-                child.kill()
-                child.join()
-            in_a_row = 0 if finished["tasks"] > before else in_a_row + 1
-            if in_a_row > max_restarts:
-                raise IncompleteError(
-                    f"the worker pool broke {in_a_row} times in a row with no task finished in between (a worker "
-                    "that dies on every task, e.g. out of memory, or workers killed faster than a trial "
-                    "finishes); what finished is kept: rerun the same command to resume (fewer "
-                    "reproduce.jobs if memory is short)"
-                ) from exc
-            restarts += 1
-            print(f"a worker process died ({exc}); pool started again (restart {restart_text(restarts, in_a_row)}); "
-                  "its running trials are retried once their heartbeat is older than sweep.grace_period",
-                  file=sys.stderr, flush=True)  # fmt: skip
-
-
-def restart_text(restarts: int, in_a_row: int) -> str:
-    return f"{restarts}" + (f", {in_a_row} in a row with no task finished" if in_a_row else "")
-
-
-def run_pool_once(
-    stages: list[Stage], jobs: int, progress: Progress, poll_s: float = 5.0, finished: Counter | None = None
-) -> None:
-    """One pool's run of :func:`run_pool`: it raises ``BrokenProcessPool`` when a worker dies; ``finished``
-    counts the tasks that came back (``finished["tasks"]``)."""
-    finished = Counter() if finished is None else finished
+    The pool is :class:`pebble.ProcessPool`. A worker process that dies (SIGKILL, the kernel's OOM killer)
+    costs only the task it ran: pebble starts a new worker in its place, the other workers go on with their
+    tasks, the queued tasks wait for the next free worker, and a line says what died. A dead trial frees its
+    slot; the trial itself goes stale once its heartbeat is older than ``sweep.grace_period`` and is retried
+    (:mod:`kcal.sweep.search`). A dead chunk of seeds is queued again with those of its seeds that have no
+    ``metrics.json``. A worker that dies while no task of the pool runs (e.g. while the workers start) makes
+    pebble stop the whole pool (``BrokenProcessPool``): a new pool takes its place and the queued tasks, none
+    of which had started, are queued again (a pool stopped while this process only waits for trials running
+    elsewhere is replaced once there is work for it). After ``max_deaths * jobs`` deaths in a row that cost a task (its
+    worker's, or the queued ones of a stopped pool) with no task finished in between, the next one ends it with
+    an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a command); what finished is kept and a
+    rerun resumes."""
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
     owners = {s.study_key: s for s in stages if s.sweeps}
     opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
     containers = {key: OmegaConf.to_container(cfg, resolve=True) for key, cfg in studies.items()}
     swept: set[tuple[str, str]] = set()
     in_flight: Counter = Counter()
+    # (stage, its base config, its config, seeds) of the seed chunks to submit
     seed_queue: deque = deque()
     chunks_left: Counter = Counter()
+    # each submitted task: ("trial", study key, None, ()) or ("seeds", stage, seeds, (base, cfg))
     futures: dict[Future, tuple] = {}
     # when each task started, as far as this process can tell: tasks start in the order they were submitted,
     # each as a worker finishes its last one (the forecast counts what a running task has left, not all of it)
     queued: deque[Future] = deque()
     started: dict[Future, float] = {}
     waiting = False
+    # worker deaths ("all"; "in_a_row": with no task finished since), pools pebble stopped ("pools") and
+    # the tasks of a stopped pool queued again ("unrun")
+    deaths: Counter = Counter()
     # (finished, running) of each study as last read from the storage. A study is read again only when
     # one of its trials came back here, or every poll_s (trials of other processes, dead workers' trials):
     # reading every study after every task cost the parent ~10% of a core on two workers.
@@ -270,10 +280,18 @@ def run_pool_once(
                 if not groups:
                     summarize(st.cfg)
 
-    def submitted(fut: Future, what: tuple) -> None:
-        futures[fut] = what
+    def submit(pool: pebble.ProcessPool, fn, args: tuple, task: tuple) -> bool:
+        """Schedule ``fn(*args)`` as ``task``; False when pebble stopped the pool in the meantime."""
+        try:
+            fut = pool.schedule(fn, args=args)
+        except RuntimeError:
+            if pool.active:
+                raise
+            return False
+        futures[fut] = task
         queued.append(fut)
         start_queued()
+        return True
 
     def start_queued() -> None:
         while queued and len(started) < jobs:
@@ -282,7 +300,7 @@ def run_pool_once(
     def running() -> list[tuple]:
         out = []
         for fut in started:
-            kind, what, group = futures[fut]
+            kind, what, group, _ = futures[fut]
             piece = owners[what].piece("trial", 1) if kind == "trial" else what.piece("seeds", len(group))
             out.append((*piece, started[fut]))
         return out
@@ -296,63 +314,170 @@ def run_pool_once(
                 return key
         return None
 
+    def fill(pool: pebble.ProcessPool) -> None:
+        """Submit tasks until every worker has one running and QUEUED_PER_WORKER waiting."""
+        while len(futures) < jobs + QUEUED_PER_WORKER * jobs:
+            if seed_queue:
+                st, base_c, cfg_c, group = seed_queue[0]
+                task = ("seeds", st, group, (base_c, cfg_c))
+                if not submit(pool, seeds_task, (base_c, cfg_c, group), task):
+                    return
+                seed_queue.popleft()
+                continue
+            key = next_trial()
+            if key is None:
+                return
+            worker = len(opened[key].get_trials(deepcopy=False)) + in_flight[key]
+            if not submit(pool, trial_task, (containers[key], worker), ("trial", key, None, ())):
+                return
+            in_flight[key] += 1
+
+    def chunk_done(st: Stage) -> None:
+        chunks_left[id(st)] -= 1
+        if chunks_left[id(st)] == 0:
+            summarize(st.cfg)
+
+    def queue_again(task: tuple) -> tuple[int, int]:
+        """Give back what ``task`` held: a trial's slot, or its chunk's unfinished seeds to the front of the
+        queue; (its seeds that finished, those queued again)."""
+        kind, what, group, extra = task
+        if kind == "trial":
+            in_flight[what] -= 1
+            dirty.add(what)
+            return 0, 0
+        dirs = seed_dirs(what.cfg)
+        left = [k for k in group if not layout.is_finished(dirs[k])]
+        if left:
+            seed_queue.appendleft((what, *extra, left))
+        else:
+            chunk_done(what)
+        return len(group) - len(left), len(left)
+
+    def death() -> str:
+        """Count a worker death; the note for its line, or the error when too many came in a row."""
+        deaths["all"] += 1
+        deaths["in_a_row"] += 1
+        if deaths["in_a_row"] > max_deaths * jobs:
+            raise IncompleteError(
+                f"{deaths['in_a_row']} worker processes died in a row ({max_deaths} per worker of {jobs}) with no "
+                "task finished in between (a worker that dies on every task, e.g. out of memory, or workers "
+                "killed faster than their tasks finish); what finished is kept: rerun the same command to resume "
+                "(fewer reproduce.jobs if memory is short)"
+            )
+        in_a_row = deaths["in_a_row"]
+        return f"death {deaths['all']}" + (f", {in_a_row} in a row with no task finished" * (in_a_row > 1))
+
+    def died(task: tuple, exc: ProcessExpired) -> None:
+        """The worker that ran ``task`` died; pebble has started another in its place."""
+        note = death()
+        kind, what, group, _ = task
+        done, left = queue_again(task)
+        if kind == "trial":
+            print(f"a worker process died ({death_cause(exc)}) while it ran a trial of {what[0]}/{what[1]}; a new "
+                  f"worker took its place and the others go on ({note}); the trial is retried once its "
+                  "heartbeat is older than sweep.grace_period", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        span = f"seed {group[0]}" if len(group) == 1 else f"seeds {group[0]}-{group[-1]}"
+        line = (f"a worker process died ({death_cause(exc)}) while it ran {span} of {what.dataset}/{what.label}; a "
+                f"new worker took its place and the others go on ({note}); {done} of its seeds had finished, "
+                f"{left} queued again")  # fmt: skip
+        if done:
+            progress.advance(done, line, "seeds", None, what)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def came_back(fut: Future, task: tuple) -> None:
+        """A task's future is done: its result, its worker's death, or a task of a pool pebble stopped."""
+        exc = fut.exception()
+        if isinstance(exc, ProcessExpired):
+            return died(task, exc)
+        if isinstance(exc, BrokenProcessPool):  # queued when pebble stopped its pool: it never ran
+            queue_again(task)
+            deaths["unrun"] += 1
+            return
+        kind, what, group, _ = task
+        if kind == "trial":
+            in_flight[what] -= 1
+            dirty.add(what)
+            line, counts, seconds, cpu, first = fut.result()  # raises the task's own error
+            progress.advance(counts, line, "trial", seconds, owners[what], cpu, warmup=first)
+        else:
+            line, seconds, cpu, first = fut.result()
+            progress.advance(len(group), line, "seeds", seconds, what, cpu, warmup=first)
+            chunk_done(what)
+        deaths["in_a_row"] = 0
+
+    def new_pool() -> pebble.ProcessPool:
+        return pebble.ProcessPool(jobs, initializer=init_worker, initargs=(os.getpid(),), context=ctx)
+
+    def restart(pool: pebble.ProcessPool) -> pebble.ProcessPool:
+        """pebble stopped ``pool`` (a worker died while none of its tasks ran): stop its workers, queue its
+        tasks again (none had started; a result that came back still counts) and start a new pool. The death
+        counts towards the limit (``max_deaths * jobs``) when it cost queued tasks; one while the pool had none (it waited for
+        trials running elsewhere) costs nothing, like that of an idle worker which pebble replaces silently
+        while other workers run tasks."""
+        stop_pool(pool)
+        deaths["pools"] += 1
+        for fut in list(futures):
+            task = futures.pop(fut)
+            forget(fut)
+            if fut.done() and not isinstance(fut.exception(), BrokenProcessPool):
+                came_back(fut, task)  # came back before pebble stopped the pool
+            else:  # queued, or (pebble's races) never answered: its worker is gone now
+                queue_again(task)
+                deaths["unrun"] += 1
+        unrun, deaths["unrun"] = deaths["unrun"], 0
+        note = death() if unrun else "no task lost"
+        print(f"a worker process died while no task of the pool ran, which stops a pebble pool: pool started "
+              f"again (restart {deaths['pools']}; {note}); its {unrun} queued tasks are queued again",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return new_pool()
+
+    def forget(fut: Future) -> None:
+        """Drop a future that came back from the start bookkeeping."""
+        started.pop(fut, None)
+        if fut in queued:
+            queued.remove(fut)
+
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
     saved = {k: os.environ.get(k) for k in ONE_THREAD_ENV}
-    os.environ.update(ONE_THREAD_ENV)  # read by the workers' libraries as they start
-    with ProcessPoolExecutor(
-        max_workers=jobs, mp_context=ctx, initializer=init_worker, initargs=(os.getpid(),)
-    ) as pool:
-        try:
-            while True:
-                release_seeds()
-                while len(futures) < jobs + QUEUED_PER_WORKER * jobs:
-                    if seed_queue:
-                        st, base_c, cfg_c, group = seed_queue.popleft()
-                        submitted(pool.submit(seeds_task, base_c, cfg_c, group), ("seeds", st, group))
-                        continue
-                    key = next_trial()
-                    if key is None:
-                        break
-                    worker = len(opened[key].get_trials(deepcopy=False)) + in_flight[key]
-                    submitted(pool.submit(trial_task, containers[key], worker), ("trial", key, None))
-                    in_flight[key] += 1
-                if not futures:
-                    if len(swept) == len(studies):
-                        return
-                    if not waiting:
-                        left = ", ".join(f"{d}/{o}" for d, o in studies if (d, o) not in swept)
-                        print(f"waiting for trials running elsewhere ({left}); a dead worker's trial is retried "
-                              "once its heartbeat is older than sweep.grace_period", file=sys.stderr, flush=True)  # fmt: skip
-                    waiting = True
-                    time.sleep(poll_s)  # the studies' last trials run elsewhere: wait for them
+    os.environ.update(ONE_THREAD_ENV)  # read by the workers' libraries as they start (replacements too)
+    pool = new_pool()
+    try:
+        while True:
+            release_seeds()
+            if not pool.active and (futures or seed_queue or next_trial() is not None):
+                pool = restart(pool)  # only when there is work for it: no new workers to wait with
+            if pool.active:
+                fill(pool)
+                if not pool.active:  # pebble stopped it while the tasks went in
                     continue
-                waiting = False
-                done, _ = wait(list(futures), timeout=poll_s, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    started.pop(fut, None)
-                start_queued()
-                progress.running = running()
-                for fut in done:
-                    kind, what, group = futures.pop(fut)
-                    if fut.exception() is None:
-                        finished["tasks"] += 1
-                    if kind == "trial":
-                        in_flight[what] -= 1
-                        dirty.add(what)
-                        line, counts, seconds, cpu, first = fut.result()
-                        progress.advance(counts, line, "trial", seconds, owners[what], cpu, warmup=first)
-                    else:
-                        line, seconds, cpu, first = fut.result()
-                        progress.advance(len(group), line, "seeds", seconds, what, cpu, warmup=first)
-                        chunks_left[id(what)] -= 1
-                        if chunks_left[id(what)] == 0:
-                            summarize(what.cfg)
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            if not futures:
+                if len(swept) == len(studies):
+                    pool.close()
+                    pool.join()
+                    return
+                if not waiting:
+                    left = ", ".join(f"{d}/{o}" for d, o in studies if (d, o) not in swept)
+                    print(f"waiting for trials running elsewhere ({left}); a dead worker's trial is retried "
+                          "once its heartbeat is older than sweep.grace_period", file=sys.stderr, flush=True)  # fmt: skip
+                waiting = True
+                time.sleep(poll_s)  # the studies' last trials run elsewhere: wait for them
+                continue
+            waiting = False
+            done, _ = wait(list(futures), timeout=poll_s, return_when=FIRST_COMPLETED)
+            for fut in done:
+                forget(fut)
+            start_queued()
+            progress.running = running()
+            for fut in done:
+                came_back(fut, futures.pop(fut))
+    except BaseException:
+        stop_pool(pool)
+        raise
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
