@@ -24,9 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the paper's protocol end to end: sweeps, seeds, tables (Hydra)",
     ),
     "report": ("kcal.publish.report", "publish a reproduction into the repository, or check a published one"),
-    "workers-report": (
-        "kcal.publish.workers_report",
-        "publish a finished protocol run on N worker processes beside the 1-2 worker runs",
+    "variant-report": (
+        "kcal.publish.variant_report",
+        "publish a finished protocol run on N workers, or pruned, beside the full protocol's runs",
     ),
     "tables": ("kcal.publish.tables", "the paper's tables and claims from a results.csv"),
     "pareto-report": (

@@ -27,6 +27,8 @@ from kcal.publish.worker_count import (
     compare_dataset,
     dataset_verdict,
     mean_half_width,
+    selections,
+    setting,
     side_bound,
     trials_summary,
 )
@@ -159,10 +161,23 @@ def test_the_readme_still_gives_the_advice_the_section_quotes():
 def test_a_dataset_with_one_reference_run_is_not_compared(heart):
     studies = pd.read_csv(data_dir("full") / "studies.csv")
     runs = Runs({PUBLISHED: heart}, {PUBLISHED: studies}, {PUBLISHED: pd.DataFrame(columns=KEY_COLUMNS)})
-    found = compare_dataset(runs, runs, "heart-disease", 8)
+    found = compare_dataset(runs, runs, "heart-disease", "jobs=8")
     assert found.verdict == NOT_COMPARED and found.objectives == [] and found.cells.empty
 
 
 def test_the_readme_states_the_measured_limit_the_section_quotes():
     """The published verdict on heart-disease is *worse*: the README states the limit the section quotes."""
     assert README_LIMIT in " ".join((REPO / "README.md").read_text().split())
+
+
+def test_the_worse_cells_are_traced_to_the_selected_configurations_they_come_from():
+    rows = [("s1", "XE", "worse"), ("s1", "XE", "worse"), ("s1", "XE + MMD", "indistinguishable"),
+            ("s2", "XE", "better"), ("s2", "XE + MMD", "worse")]  # fmt: skip
+    cells = pd.DataFrame(rows, columns=["run", "row", "outcome"])
+    assert selections(cells, V.WORSE) == "2 of the 4 selected configurations (s1 XE 2, s2 XE + MMD 1)"
+    assert selections(cells[cells["outcome"] != V.WORSE], V.WORSE) == "0 of the 2 selected configurations"
+
+
+def test_a_fix_of_the_sampler_is_named_by_its_setting():
+    assert setting("jobs=8") == "8 workers"
+    assert setting("jobs=16,startup_by=started") == "16 workers with startup_by=started"

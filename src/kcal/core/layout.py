@@ -188,7 +188,7 @@ PRUNING_REPLAY_FILE = (
     "pruning_replay.csv"  # in a published data folder: the pruners replayed over its studies
 )
 WORKERS_FOLDER = "workers"  # in a published data folder: workers/jobs=<n>/<name>/results.csv, ...
-PROVENANCE_FILE = "provenance.json"  # in a worker-count replicate: the command and commit that made it
+PROVENANCE_FILE = "provenance.json"  # in a protocol variant's run: the command and commit that made it
 
 
 def pruning_replay_file(data: Path | str) -> Path:
@@ -196,16 +196,43 @@ def pruning_replay_file(data: Path | str) -> Path:
     return Path(data) / PRUNING_REPLAY_FILE
 
 
-def workers_data_dir(data: Path | str, jobs: int, name: str) -> Path:
-    """``<data>/workers/jobs=<jobs>/<name>``: one more run of the whole protocol on ``jobs`` worker processes
-    (sampler seed ``name``), kept apart from the published run and its replicates (1 or 2 workers)."""
-    return Path(data) / WORKERS_FOLDER / f"jobs={jobs}" / name
+def workers_label(jobs: int, sampler: str = "") -> str:
+    """``jobs=<jobs>``, with ``,<sampler>`` where the sampler's parallel setting is not the protocol's (e.g.
+    ``jobs=8,constant_liar=false``): the folder of one worker count and sampler setting under ``workers/``."""
+    return f"jobs={jobs}" + (f",{sampler}" if sampler else "")
 
 
-def workers_data_dirs(data: Path | str) -> dict[tuple[int, str], Path]:
-    """Every published worker-count replicate under ``data``, by (worker processes, name)."""
+def workers_label_jobs(label: str) -> int:
+    """The worker count of a :func:`workers_label`."""
+    return int(label.partition(",")[0].partition("=")[2])
+
+
+def workers_data_dir(data: Path | str, jobs: int, name: str, sampler: str = "") -> Path:
+    """``<data>/workers/<label>/<name>`` (:func:`workers_label`): one more run of the whole protocol on ``jobs``
+    worker processes (sampler seed ``name``), kept apart from the published run and its replicates (1 or 2
+    workers)."""
+    return Path(data) / WORKERS_FOLDER / workers_label(jobs, sampler) / name
+
+
+def workers_data_dirs(data: Path | str) -> dict[tuple[str, str], Path]:
+    """Every published worker-count replicate under ``data``, by (:func:`workers_label`, name)."""
     found = sorted((Path(data) / WORKERS_FOLDER).glob(f"jobs=*/*/{RESULTS_FILE}"))
-    return {(int(p.parents[1].name.partition("=")[2]), p.parent.name): p.parent for p in found}
+    return {(p.parents[1].name, p.parent.name): p.parent for p in found}
+
+
+PRUNED_FOLDER = "pruned"  # in a published data folder: pruned/<pruner>/<name>/results.csv, ...
+
+
+def pruned_data_dir(data: Path | str, pruner: str, name: str) -> Path:
+    """``<data>/pruned/<pruner>/<name>``: one run of the protocol with its sweeps pruned (``sweep.pruner``,
+    sampler seed ``name``), kept apart from the full protocol's runs."""
+    return Path(data) / PRUNED_FOLDER / pruner / name
+
+
+def pruned_data_dirs(data: Path | str) -> dict[tuple[str, str], Path]:
+    """Every published pruned-protocol run under ``data``, by (pruner, name)."""
+    found = sorted((Path(data) / PRUNED_FOLDER).glob(f"*/*/{RESULTS_FILE}"))
+    return {(p.parents[1].name, p.parent.name): p.parent for p in found}
 
 
 def recorded_configs(root: Path | str) -> list[Path]:

@@ -3,8 +3,9 @@
 
 **The runs.** The *reference runs* are the published run and its replicates (``replicates/sampler_seed=<k>``),
 which ran on 1 or 2 worker processes. The *worker runs* are the worker-count replicates
-(``workers/jobs=<N>/sampler_seed=<k>``, :mod:`kcal.publish.workers_report`): the same protocol, budget and
-sampler seeds with ``reproduce.jobs=N``. With N workers, constant-liar TPE samples each trial while N - 1 others
+(``workers/jobs=<N>/sampler_seed=<k>``, :mod:`kcal.publish.variant_report`): the same protocol, budget and
+sampler seeds with ``reproduce.jobs=N``; a run whose sampler's parallel setting differs too (a fix tried,
+:mod:`kcal.sweep.samplers`) is its own group, ``workers/jobs=<N>,<setting>/``, compared the same way. With N workers, constant-liar TPE samples each trial while N - 1 others
 are unfinished, so the question is whether that changes what the protocol selects. Each (dataset, objective)
 is compared over the reference runs that hold it (R of them) and the worker runs of one N that hold it (m).
 
@@ -227,7 +228,7 @@ def dataset_verdict(selection: Sequence[str], cells: pd.DataFrame, claims: str) 
 # ---- the published runs --------------------------------------------------------------------------------------
 @dataclass
 class Runs:
-    """Every run's results, studies and kept trials, by run name (the reference runs) or (jobs, name)."""
+    """Every run's results, studies and kept trials, by run name."""
 
     results: dict
     studies: dict
@@ -289,7 +290,7 @@ def selection_rows(ref: Runs, wrk: Runs, dataset: str) -> list[dict]:
 @dataclass
 class DatasetComparison:
     dataset: str
-    jobs: int
+    label: str  # layout.workers_label: the worker count and the sampler setting
     worker_runs: list[str]
     reference_runs: list[str]
     objectives: list[dict]
@@ -299,8 +300,9 @@ class DatasetComparison:
     verdict: str
 
 
-def compare_dataset(ref: Runs, wrk: Runs, dataset: str, jobs: int) -> DatasetComparison:
-    """Rules 1 to 4 and the verdict on ``dataset`` for the worker runs of ``jobs`` workers (``wrk``)."""
+def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetComparison:
+    """Rules 1 to 4 and the verdict on ``dataset`` for the worker runs of one worker count and sampler setting
+    (``wrk``, ``label``: :func:`kcal.core.layout.workers_label`)."""
     wnames = sorted(n for n, r in wrk.results.items() if dataset in set(r["dataset"]))
     rnames = [n for n, r in ref.results.items() if dataset in set(r["dataset"])]
     mine = Runs(*({n: runs[n] for n in wnames} for runs in (wrk.results, wrk.studies, wrk.trials)))
@@ -318,7 +320,7 @@ def compare_dataset(ref: Runs, wrk: Runs, dataset: str, jobs: int) -> DatasetCom
     if len(rnames) >= 2:
         verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
                                   claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
-    return DatasetComparison(dataset, jobs, wnames, rnames, objectives, cells, claims, table, verdict)
+    return DatasetComparison(dataset, label, wnames, rnames, objectives, cells, claims, table, verdict)
 
 
 def comparisons(data: Path) -> list[DatasetComparison]:
@@ -328,10 +330,11 @@ def comparisons(data: Path) -> list[DatasetComparison]:
         return []
     ref = read_runs(reference_folders(data))
     out = []
-    for jobs in sorted({j for j, _ in workers}):
-        wrk = read_runs({name: folder for (j, name), folder in workers.items() if j == jobs})
+    labels = sorted({label for label, _ in workers}, key=lambda x: (layout.workers_label_jobs(x), x))
+    for label in labels:
+        wrk = read_runs({name: folder for (lab, name), folder in workers.items() if lab == label})
         for dataset in sorted({d for r in wrk.results.values() for d in r["dataset"]}):
-            out.append(compare_dataset(ref, wrk, dataset, jobs))
+            out.append(compare_dataset(ref, wrk, dataset, label))
     return out
 
 
@@ -352,10 +355,28 @@ def _side_counts(cells: pd.DataFrame) -> tuple[int, int, int]:
     return len(cells), int((cells["outcome"] == V.WORSE).sum()), int((cells["outcome"] == V.BETTER).sum())
 
 
+def setting(label: str) -> str:
+    """``8 workers``, or ``8 workers with constant_liar=false`` where the sampler's setting differs too."""
+    sampler = label.partition(",")[2]
+    return f"{layout.workers_label_jobs(label)} workers" + (
+        f" with {sampler.replace(',', ', ')}" if sampler else ""
+    )
+
+
 def _runs_in(c: DatasetComparison) -> str:
     k = len(c.worker_runs)
     state = "final" if k >= PLANNED_RUNS else f"provisional until all {PLANNED_RUNS} are in"
-    return f"{k} of {PLANNED_RUNS} planned runs at {c.jobs} workers in: {', '.join(c.worker_runs)}; {state}"
+    return f"{k} of {PLANNED_RUNS} planned runs at {setting(c.label)} in: {', '.join(c.worker_runs)}; {state}"
+
+
+def selections(cells: pd.DataFrame, outcome: str) -> str:
+    """Which selected configurations (run, table row) the cells of ``outcome`` come from, e.g. ``3 of the 20
+    selected configurations (sampler_seed=2 XE 6, ...)``: the cells of one selection (two flavours, with and
+    without post-hoc recalibration, several metrics) share its model, so they move together."""
+    hit = cells[cells["outcome"] == outcome].groupby(["run", "row"], sort=True).size()
+    total = len(cells.groupby(["run", "row"]))
+    parts = ", ".join(f"{run} {row} {n}" for (run, row), n in hit.items())
+    return f"{len(hit)} of the {total} selected configurations" + (f" ({parts})" if parts else "")
 
 
 def summary_line(c: DatasetComparison) -> str:
@@ -371,31 +392,40 @@ def summary_line(c: DatasetComparison) -> str:
     trials = [o for o in c.objectives if "trials_mean" in o]
     lower = sum(np.mean(o["trials_mean"].workers) < o["trials_mean"].mean for o in trials)
     trials_worse = sum(o["trials_mean"].outcome == V.WORSE for o in trials)
-    return (f"**{c.dataset}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
+    return (f"**{c.dataset} at {setting(c.label)}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
             f"1-2 worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction "
-            f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side); {claims}. "
+            f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side), the worse "
+            f"from {selections(c.cells, V.WORSE)}; {claims}. "
             f"Trials: mean validation score "
             f"lower than the 1-2 worker runs' mean on {lower} of {len(trials)} objectives, worse beyond the "
             f"interval on {trials_worse}.")  # fmt: skip
 
 
 def advice(found: list[DatasetComparison]) -> str:
-    """What the README advises about workers, and whether the verdicts change that yet."""
-    runs = min(len(c.worker_runs) for c in found)
-    worse = [c.dataset for c in found if c.verdict == V.WORSE]
+    """What the README advises about workers, whether the verdicts change that yet, and where a fix of the
+    sampler's parallel setting stands (its own group of runs, :func:`setting`)."""
+    plain = [c for c in found if "," not in c.label]
+    fixes = [c for c in found if "," in c.label]
     text = (f'The README advises "{README_ADVICE}" (`docs/reproduction.md`; `reproduce.jobs` defaults to the CPU '
             f"count). ")  # fmt: skip
-    if runs < PLANNED_RUNS:
-        text += (f"With {runs} of {PLANNED_RUNS} worker runs in, the verdicts are provisional and the README is "
-                 "unchanged")  # fmt: skip
-        return text + (f"; if the verdict on {', '.join(worse)} stays *worse* at {PLANNED_RUNS} runs, the README "
-                       "states the measured limit." if worse else ".")  # fmt: skip
-    if worse:
-        return (
-            text + f"The verdict is *worse* on {', '.join(worse)}: the README states the measured limit "
-            f'("{README_LIMIT}") until a fix is shown with the same replicates.'
-        )
-    return text + "No dataset is *worse*: the advice stands."
+    worse = [c.dataset for c in plain if c.verdict == V.WORSE]
+    if plain and min(len(c.worker_runs) for c in plain) < PLANNED_RUNS:
+        text += (f"With {min(len(c.worker_runs) for c in plain)} of {PLANNED_RUNS} worker runs in, the verdicts "
+                 "are provisional and the README is unchanged")  # fmt: skip
+        text += (f"; if the verdict on {', '.join(worse)} stays *worse* at {PLANNED_RUNS} runs, the README "
+                 "states the measured limit." if worse else ".")  # fmt: skip
+    elif worse:
+        text += (f"The verdict is *worse* on {', '.join(worse)}: the README states the measured limit "
+                 f'("{README_LIMIT}") until a fix is shown with the same replicates.')  # fmt: skip
+    elif plain:
+        text += "No dataset is *worse*: the advice stands."
+    for label in sorted({c.label for c in fixes}):
+        runs = [c for c in fixes if c.label == label]
+        done = min(len(c.worker_runs) for c in runs)
+        verdicts = ", ".join(f"{c.dataset} {c.verdict}" for c in runs)
+        state = "final" if done >= PLANNED_RUNS else f"provisional, {done} of {PLANNED_RUNS} runs in"
+        text += f" The fix tried, {setting(label)}: {verdicts} ({state})."
+    return text
 
 
 def summary_block(found: list[DatasetComparison]) -> str:
@@ -423,7 +453,7 @@ def details_block(found: list[DatasetComparison]) -> str:
         for o in c.objectives:
             b = o["best"]
             cells = [c.dataset, o["objective"], _values(b.reference), _range(b),
-                     f"{_values(b.workers)} ({c.jobs})", ", ".join(b.each), b.outcome]  # fmt: skip
+                     f"{_values(b.workers)} ({setting(c.label)})", ", ".join(b.each), b.outcome]  # fmt: skip
             for key in ("trials_mean", "near_best"):
                 t = o.get(key)
                 label = f" ({_f(o['bar'])})" if key == "near_best" else ""
@@ -435,7 +465,7 @@ def details_block(found: list[DatasetComparison]) -> str:
             out.append("| " + " | ".join(cells) + " |")
     for c in found:
         n, worse, better = _side_counts(c.cells)
-        out += ["", f"**{c.dataset}, {c.jobs} workers: {c.verdict}** ({_runs_in(c)}).", "",
+        out += ["", f"**{c.dataset}, {setting(c.label)}: {c.verdict}** ({_runs_in(c)}).", "",
                 f"- Test cells (Tables 4 and 5, both flavours) outside the prediction interval of the "
                 f"{len(c.reference_runs)} reference runs: {worse} worse, {better} better of {n} (chance alone: at "
                 f"most {side_bound(n)} each side)."]  # fmt: skip
@@ -445,7 +475,7 @@ def details_block(found: list[DatasetComparison]) -> str:
                        f"{_f(r['value'])} against {_f(r['mean'])} ± {_f(r['half'])}: {r['outcome']}")  # fmt: skip
         if c.claims:
             out.append(f"- Claims: each run's agreement with the others, 1-2 workers {_values(c.claims.reference)}, "
-                       f"{c.jobs} workers {_values(c.claims.workers)}: {c.claims.outcome}. Outcomes per run "
+                       f"{setting(c.label)} {_values(c.claims.workers)}: {c.claims.outcome}. Outcomes per run "
                        f"(reference runs {', '.join(c.reference_runs)}; then the worker runs):")  # fmt: skip
             for claim, flavour, r_out, w_out in c.claim_table:
                 out.append(f"  - {claim} {flavour}: {', '.join(r_out)}; {', '.join(w_out)}")

@@ -53,6 +53,7 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
 # config key -> the value at which the fingerprint leaves it out
 LEFT_OUT_AT = {
     "sweep.pruner": None,
+    "sweep.startup_by": "finished",
     "sweep.selection": "paper",
     "objective.params.flavour": "kcal",
     "objective.base_weight": 1.0,

@@ -36,6 +36,7 @@ from kcal.core.storage_url import engine_url, mask_text, masked
 from kcal.data import get_spec
 from kcal.sweep.fingerprint import check_study, stamp_study
 from kcal.sweep.pruners import make_pruner
+from kcal.sweep.samplers import make_sampler
 from kcal.sweep.search_space import search_space
 from kcal.sweep.selection import directions, is_pareto, name_objectives, selected, selection_of
 
@@ -165,9 +166,7 @@ def open_study(
 ) -> optuna.Study:
     """The study of ``cfg`` (created unless ``create=False``), on ``storage`` (default: :func:`open_storage`)."""
     storage = storage if storage is not None else open_storage(cfg)
-    sampler = optuna.samplers.TPESampler(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
-                                         n_startup_trials=int(cfg.sweep.n_startup_trials),
-                                         constant_liar=True)  # fmt: skip
+    sampler = make_sampler(cfg)
     pruner = make_pruner(cfg.sweep.get("pruner"))
     name, task = study_name(cfg), get_spec(cfg.dataset.name).task
     if not create:

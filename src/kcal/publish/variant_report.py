@@ -1,22 +1,32 @@
-"""Publish a finished run of the protocol on N worker processes as a worker-count replicate:
-``kcal workers-report <root> <dest> --commit <sha>``.
+"""Publish a finished run of a protocol variant beside the full protocol's runs:
+``kcal variant-report <root> <dest> --commit <sha>``.
 
-A *worker-count replicate* is one more run of the whole protocol with ``reproduce.jobs=N`` and a sampler seed of
-the published run or of one of its replicates (which ran on 1 or 2 workers). Its numbers are package data beside
-the published ones, in their own group (:func:`kcal.core.layout.workers_data_dir`):
-``<data>/workers/jobs=<N>/sampler_seed=<k>/`` with ``results.csv``, ``studies.csv``, ``trials/`` (every trial,
-its validation and test metrics and its per-epoch ``curve``; :mod:`kcal.publish.trials`) and ``provenance.json``
-(:func:`provenance`: the ``kcal reproduce`` command of each sitting, from the root's recorded overrides, and the
-commit of the code that ran it, which the root does not record and ``--commit`` gives). They never enter the
-published numbers, the replicates' protocol spread or the claims; the report compares them with those runs in
-its own section (:mod:`kcal.publish.worker_count`), regenerated here.
+A *protocol variant* is one more run of the whole protocol with a sampler seed of the published run or of one of
+its replicates (which ran on 1 or 2 workers, every trial to its early stop), changed in how it runs:
 
-N and k are read from the root's recorded configs (Hydra's ``logs/*/.hydra/config.yaml``): every sitting of the
-root must agree on them. A root whose protocol has not finished is refused in one line naming what is missing
-(:func:`unfinished`): a study short of ``sweep.n_trials`` counted trials or with a trial still running, a seed
-rerun short of ``seeds_run.n_seeds`` finished seeds, a (dataset, objective) without rows in ``results.csv``.
-The root is only read; ``--storage`` points at a copy of its ``sweeps.db`` where the root must stay untouched
-(SQLite in WAL mode writes beside a database it opens).
+* on N worker processes (``reproduce.jobs=N``, N > 2): a *worker-count replicate*, published under
+  ``<data>/workers/jobs=<N>/sampler_seed=<k>/`` (:func:`kcal.core.layout.workers_data_dir`); where the sampler's
+  parallel setting differs from the protocol's too (a fix tried, ``sweep.startup_by``,
+  :mod:`kcal.sweep.samplers`),
+  under ``workers/jobs=<N>,<key>=<value>/``; the report compares them in its own section
+  (:mod:`kcal.publish.worker_count`);
+* with its sweeps pruned (``sweep.pruner=<name>``): a *pruned protocol* run, published under
+  ``<data>/pruned/<name>/sampler_seed=<k>/`` (:func:`kcal.core.layout.pruned_data_dir`) and judged against the
+  full protocol's runs by the rule of :mod:`kcal.publish.equivalence` (:mod:`kcal.publish.pruned_protocol`).
+
+Each folder holds ``results.csv``, ``studies.csv``, ``trials/`` (every trial, its validation and test metrics and
+its per-epoch ``curve``; :mod:`kcal.publish.trials`) and ``provenance.json`` (:func:`provenance`: the ``kcal
+reproduce`` command of each sitting, from the root's recorded overrides, and the commit of the code that ran it,
+which the root does not record and ``--commit`` gives). They never enter the published numbers, the replicates'
+protocol spread or the claims. The report is regenerated here.
+
+The settings are read from the root's recorded configs (Hydra's ``logs/*/.hydra/config.yaml``): every sitting of
+the root must agree on them. A root that changes nothing (1 or 2 workers, no pruner, the protocol's sampler) is
+refused: it is a replicate, published with ``kcal report``. A root whose protocol has not finished is refused in
+one line naming what is missing (:func:`unfinished`): a study short of ``sweep.n_trials`` counted trials or with
+a trial still running, a seed rerun short of ``seeds_run.n_seeds`` finished seeds, a (dataset, objective) without
+rows in ``results.csv``. The root is only read; ``--storage`` points at a copy of its ``sweeps.db`` where the root
+must stay untouched (SQLite in WAL mode writes beside a database it opens).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from kcal.core.errors import ConfigError, IncompleteError, exits_on_user_error
 from kcal.paper import PAPER_DATASETS, PAPER_OBJECTIVES
 from kcal.publish.report import render, report_info, study_rows
 from kcal.publish.trials import trial_rows, write_trials
+from kcal.sweep.samplers import parallel_label
 from kcal.sweep.studies import counted
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
@@ -56,9 +67,10 @@ def recorded(root: Path) -> list[dict]:
 
 
 def run_settings(root: Path) -> dict:
-    """What every sitting of ``root`` agrees on: ``jobs``, ``sampler_seed``, ``task``, ``profile``, ``datasets``,
-    ``objectives``, ``n_trials``, ``n_seeds``; :class:`ConfigError` where the root records no sitting, records
-    no worker count, or its sittings differ in any of them."""
+    """What every sitting of ``root`` agrees on: ``jobs``, ``sampler_seed``, ``pruner``, ``sampler`` (the
+    sampler's parallel setting where it is not the protocol's, :func:`kcal.sweep.samplers.parallel_label`),
+    ``task``, ``profile``, ``datasets``, ``objectives``, ``n_trials``, ``n_seeds``; :class:`ConfigError` where the
+    root records no sitting, records no worker count, or its sittings differ in any of them."""
     sittings = recorded(root)
     if not sittings:
         raise ConfigError(f"{root} records no kcal reproduce run (no logs/*/.hydra/config.yaml); is it a "
@@ -69,7 +81,8 @@ def run_settings(root: Path) -> dict:
         task = cfg["task"]
         repro = cfg.get("reproduce", {})
         found.append({
-            "jobs": repro.get("jobs"), "sampler_seed": cfg["sweep"].get("sampler_seed"), "task": task,
+            "jobs": repro.get("jobs"), "sampler_seed": cfg["sweep"].get("sampler_seed"),
+            "pruner": cfg["sweep"].get("pruner"), "sampler": parallel_label(cfg["sweep"]), "task": task,
             "profile": cfg.get("profile_name"),
             "datasets": list(repro.get("datasets") or PAPER_DATASETS[task]),
             "objectives": list(repro.get("objectives") or PAPER_OBJECTIVES[task]),
@@ -78,7 +91,7 @@ def run_settings(root: Path) -> dict:
     differ = sorted(k for k in found[0] if any(f[k] != found[0][k] for f in found[1:]))
     if differ:
         raise ConfigError(f"the kcal reproduce runs recorded in {root} differ in {', '.join(differ)}; a "
-                          "worker-count replicate is one protocol run with one setting of each")  # fmt: skip
+                          "protocol variant's run is one protocol run with one setting of each")  # fmt: skip
     if found[0]["jobs"] is None:
         raise ConfigError(f"{root} was run without reproduce.jobs (the CPU count of a machine it does not "
                           "record); its number of workers is not known")  # fmt: skip
@@ -128,7 +141,8 @@ def provenance(root: Path, settings: dict, commit: str) -> dict:
     """``provenance.json``: the worker count and sampler seed, the budget, the commit, and the command of each
     sitting of the root (``kcal reproduce`` and its recorded overrides)."""
     return {
-        "jobs": settings["jobs"], "sampler_seed": settings["sampler_seed"], "commit": commit,
+        "jobs": settings["jobs"], "sampler_seed": settings["sampler_seed"], "pruner": settings["pruner"],
+        "sampler": settings["sampler"], "commit": commit,
         "profile": settings["profile"], "task": settings["task"], "datasets": settings["datasets"],
         "objectives": settings["objectives"], "n_trials": settings["n_trials"], "n_seeds": settings["n_seeds"],
         "commands": [{"started": s["started"], "command": "kcal reproduce " + shlex.join(s["overrides"])}
@@ -141,9 +155,25 @@ def replicate_name(settings: dict) -> str:
     return f"sampler_seed={settings['sampler_seed']}"
 
 
-def publish_workers(root: Path, dest: Path, commit: str, storage: str | None = None) -> list[Path]:
-    """Publish ``root`` (a finished protocol run on several workers) as a worker-count replicate of the report in
-    ``dest`` and regenerate the report; returns the files written. Refuses (:class:`IncompleteError`, one line) a
+def variant_folder(data: Path, settings: dict) -> Path:
+    """Where the run of ``settings`` is published under the data folder ``data`` (module docstring);
+    :class:`ConfigError` for a run that changes nothing or changes both the pruner and the worker count."""
+    name, jobs, pruner = replicate_name(settings), settings["jobs"], settings["pruner"]
+    if pruner and (jobs > 2 or settings["sampler"]):
+        raise ConfigError(f"the run prunes (sweep.pruner={pruner}) and runs on {jobs} workers"
+                          + (f" with {settings['sampler']}" if settings["sampler"] else "")
+                          + "; a protocol variant changes one thing, so compare it with runs that changed that alone")  # fmt: skip
+    if pruner:
+        return layout.pruned_data_dir(data, pruner, name)
+    if jobs <= 2 and not settings["sampler"]:
+        raise ConfigError(f"the run is the full protocol on {jobs} worker(s) with its own sampler: a replicate, "
+                          "not a variant; publish it with kcal report --replicate")  # fmt: skip
+    return layout.workers_data_dir(data, jobs, name, settings["sampler"])
+
+
+def publish_variant(root: Path, dest: Path, commit: str, storage: str | None = None) -> list[Path]:
+    """Publish ``root`` (a finished run of a protocol variant) beside the full protocol's runs of the report in
+    ``dest`` (:func:`variant_folder`) and regenerate the report; returns the files written. Refuses (:class:`IncompleteError`, one line) a
     root whose protocol has not finished, and (:class:`ConfigError`) a commit that is not a hexadecimal hash."""
     if not COMMIT.fullmatch(commit):
         raise ConfigError(
@@ -155,7 +185,7 @@ def publish_workers(root: Path, dest: Path, commit: str, storage: str | None = N
         raise IncompleteError(f"{root} has not finished its protocol: {'; '.join(missing)}; finish it with its "
                               "kcal reproduce command (the same overrides), then publish it")  # fmt: skip
     _, data = report_info(dest)
-    folder = layout.workers_data_dir(data, settings["jobs"], replicate_name(settings))
+    folder = variant_folder(data, settings)
     folder.mkdir(parents=True, exist_ok=True)
     pairs = {(d, o) for d in settings["datasets"] for o in settings["objectives"]}
 
@@ -182,7 +212,7 @@ def publish_workers(root: Path, dest: Path, commit: str, storage: str | None = N
 
 @exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kcal workers-report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="kcal variant-report", description=__doc__.split("\n")[0])
     p.add_argument("root", type=Path, help="the finished reproduction root, e.g. outputs/reproduce/w8-s1")
     p.add_argument("dest", type=Path, help="the report it joins, e.g. docs/results/full")
     p.add_argument(
@@ -190,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite:///<root>/sweeps.db)")
     args = p.parse_args(argv)
-    for path in publish_workers(args.root, args.dest, args.commit, args.storage):
+    for path in publish_variant(args.root, args.dest, args.commit, args.storage):
         print(path)
     return 0
 

@@ -1,4 +1,4 @@
-"""kcal workers-report: a finished protocol run on N workers is published apart, with its provenance, and fills the
+"""kcal variant-report: a finished protocol run on N workers (or pruned) is published apart, with its provenance, and fills the
 report's section; a root whose protocol has not finished is refused in one line. Synthetic roots (a small Optuna
 study per objective, seed folders, the published heart-disease rows as results) and a synthetic report."""
 
@@ -16,7 +16,7 @@ from kcal.core import layout
 from kcal.paper import PAPER_OBJECTIVES
 from kcal.publish.report import check, data_dir, render, report_info
 from kcal.publish.report import main as report_main
-from kcal.publish.workers_report import main
+from kcal.publish.variant_report import main
 
 OBJECTIVES = PAPER_OBJECTIVES["classification"]
 DATASET = "heart-disease"
@@ -28,23 +28,25 @@ def published(file: str) -> pd.DataFrame:
     return frame[frame["dataset"] == DATASET].reset_index(drop=True)
 
 
-def sitting(root: Path, started: str, jobs: int | None, seed: int) -> None:
+def sitting(root: Path, started: str, jobs: int | None, seed: int, sweep: dict | None = None) -> None:
     folder = root / "logs" / f"{started}_classification" / ".hydra"
     folder.mkdir(parents=True)
     config = {"task": "classification", "profile_name": "full",
               "reproduce": {"jobs": jobs, "datasets": [DATASET], "objectives": None},
-              "sweep": {"n_trials": N_TRIALS, "sampler_seed": seed}, "seeds_run": {"n_seeds": N_SEEDS}}  # fmt: skip
+              "sweep": {"n_trials": N_TRIALS, "sampler_seed": seed, **(sweep or {})},
+              "seeds_run": {"n_seeds": N_SEEDS}}  # fmt: skip
     OmegaConf.save(OmegaConf.create(config), folder / "config.yaml")
     overrides = ["task=classification", "profile=full", f"reproduce.datasets=[{DATASET}]",
-                 f"sweep.sampler_seed={seed}", f"reproduce.jobs={jobs}", f"root={root}"]  # fmt: skip
+                 f"sweep.sampler_seed={seed}", *(f"sweep.{k}={v}" for k, v in (sweep or {}).items()),
+                 f"reproduce.jobs={jobs}", f"root={root}"]  # fmt: skip
     OmegaConf.save(OmegaConf.create(overrides), folder / "overrides.yaml")
 
 
 def make_root(root: Path, jobs: int = 8, seed: int = 7, trials: dict | None = None, seeds: dict | None = None,
-              shift: float = 0.0) -> Path:  # fmt: skip
+              shift: float = 0.0, sweep: dict | None = None) -> Path:  # fmt: skip
     """A finished protocol run of heart-disease's four objectives (``trials`` / ``seeds``: fewer for some)."""
     root.mkdir(parents=True)
-    sitting(root, "2026-01-01_00-00-00", jobs, seed)
+    sitting(root, "2026-01-01_00-00-00", jobs, seed, sweep)
     url = layout.sqlite_url(root)
     lr = optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)
     for objective in OBJECTIVES:
@@ -109,7 +111,7 @@ def test_a_finished_run_is_published_apart_with_its_provenance_and_fills_the_sec
     root = make_root(tmp_path / "w8-s7")
     assert main([str(root), str(report), "--commit", "77fe3c6"]) == 0
     folder = layout.workers_data_dir(data, 8, "sampler_seed=7")
-    assert layout.workers_data_dirs(data) == {(8, "sampler_seed=7"): folder}
+    assert layout.workers_data_dirs(data) == {("jobs=8", "sampler_seed=7"): folder}
     assert (data / layout.RESULTS_FILE).read_bytes() == before  # the published numbers stay as they are
     assert len(pd.read_csv(folder / layout.RESULTS_FILE)) == len(published(layout.RESULTS_FILE))
     studies = pd.read_csv(folder / layout.STUDIES_FILE)
@@ -129,7 +131,7 @@ def test_a_finished_run_is_published_apart_with_its_provenance_and_fills_the_sec
                                             f"reproduce.jobs=8 root={root}"}]  # fmt: skip
     summary = (report / "RESULTS.md").read_text()
     assert (
-        f"**{DATASET}: " in summary
+        f"**{DATASET} at 8 workers: " in summary
         and "1 of 5 planned runs at 8 workers in: sampler_seed=7; provisional" in summary
     )
     details = (report / "DETAILS.md").read_text()
@@ -172,3 +174,54 @@ def test_a_root_without_results_or_records_or_with_mixed_settings_is_refused(rep
     layout.results_file(root).unlink()
     err = refused(capsys, [str(root), str(report), "--commit", "77fe3c6"])
     assert "has not finished its protocol: no results.csv" in err
+
+
+def test_a_fix_of_the_sampler_is_its_own_group_and_the_advice_says_where_it_stands(report, tmp_path):
+    _, data = report_info(report)
+    root = make_root(tmp_path / "w8-fix", sweep={"startup_by": "started"})
+    assert main([str(root), str(report), "--commit", "77fe3c6"]) == 0
+    folder = layout.workers_data_dir(data, 8, "sampler_seed=7", "startup_by=started")
+    assert folder.name == "sampler_seed=7" and folder.parent.name == "jobs=8,startup_by=started"
+    assert layout.workers_data_dirs(data) == {("jobs=8,startup_by=started", "sampler_seed=7"): folder}
+    info = json.loads((folder / layout.PROVENANCE_FILE).read_text())
+    assert (info["jobs"], info["sampler"], info["pruner"]) == (8, "startup_by=started", None)
+    summary = (report / "RESULTS.md").read_text()
+    assert f"**{DATASET} at 8 workers with startup_by=started: " in summary
+    assert "The fix tried, 8 workers with startup_by=started: heart-disease " in summary
+    assert "provisional, 1 of 5 runs in" in summary
+    shutil.rmtree(data / layout.WORKERS_FOLDER)
+    render(report, report)
+    assert check(report) == []
+
+
+def test_a_pruned_run_is_published_under_its_pruner_apart_from_the_worker_runs(report, tmp_path):
+    _, data = report_info(report)
+    root = make_root(tmp_path / "pruned-s7", jobs=2, sweep={"pruner": "sha_min20"})
+    assert main([str(root), str(report), "--commit", "77fe3c6"]) == 0
+    folder = layout.pruned_data_dir(data, "sha_min20", "sampler_seed=7")
+    assert layout.pruned_data_dirs(data) == {("sha_min20", "sampler_seed=7"): folder}
+    assert not (data / layout.WORKERS_FOLDER).exists()
+    info = json.loads((folder / layout.PROVENANCE_FILE).read_text())
+    assert (info["jobs"], info["pruner"], info["sampler"]) == (2, "sha_min20", "")
+    assert "sweep.pruner=sha_min20" in info["commands"][0]["command"]
+    shutil.rmtree(data / layout.PRUNED_FOLDER)
+    render(report, report)
+    assert check(report) == []
+
+
+@pytest.mark.parametrize(
+    ("jobs", "sweep", "message"),
+    [
+        (
+            2,
+            None,
+            "the run is the full protocol on 2 worker(s) with its own sampler: a replicate, not a variant",
+        ),
+        (8, {"pruner": "sha_min20"}, "a protocol variant changes one thing"),
+    ],
+)
+def test_a_run_that_changes_nothing_or_two_things_is_refused(report, tmp_path, capsys, jobs, sweep, message):
+    root = make_root(tmp_path / "root", jobs=jobs, sweep=sweep)
+    assert message in refused(capsys, [str(root), str(report), "--commit", "77fe3c6"])
+    _, data = report_info(report)
+    assert not (data / layout.WORKERS_FOLDER).exists() and not (data / layout.PRUNED_FOLDER).exists()
