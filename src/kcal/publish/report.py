@@ -74,6 +74,7 @@ from kcal.publish.protocol_spread import (
     spread_markdown,
     summary_markdown,
 )
+from kcal.publish.pruned_protocol import pruned_blocks
 from kcal.publish.pruning_replay import pruning_blocks
 from kcal.publish.report_tables import budget_summary, budget_table, side_by_side, studies_table
 from kcal.publish.selected_kernels import kernels_markdown, selected_kernels
@@ -311,6 +312,7 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     generated["selection"] = kernels_markdown(kernels)
     generated.update(workers_blocks(data))  # ``workers``, ``workers:summary``: runs on N worker processes
     generated.update(pruning_blocks(data))  # ``pruning``, ``pruning:summary``: pruners replayed over studies
+    generated.update(pruned_blocks(data))  # ``pruned``, ``pruned:summary``: the pruned protocol's runs judged
     for ds in sorted(set(results["dataset"])):
         generated[f"dataset:{ds}:summary"] = dataset_line(summaries, classes, ds)
     generated.update(tradeoff_blocks(data, [d for d in dataset_names() if d in set(results["dataset"])]))

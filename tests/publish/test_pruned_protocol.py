@@ -1,0 +1,94 @@
+"""kcal.publish.pruned_protocol: the pruned protocol's runs judged against the full protocol's on the datasets they
+hold, the time saved per dataset from the runs' studies, the seven-dataset projection, and the report's blocks.
+Synthetic data folders: the published heart-disease rows as the full runs (shifted for the replicates)."""
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kcal.core import layout
+from kcal.publish import equivalence as E
+from kcal.publish import pruned_protocol as P
+from kcal.publish.report import data_dir
+
+DATASET = "heart-disease"
+
+
+def published(file: str) -> pd.DataFrame:
+    frame = pd.read_csv(data_dir("full") / file)
+    return frame[frame["dataset"] == DATASET].reset_index(drop=True)
+
+
+def studies(hours: float, start: str = "2026-01-01 00:00:00", span_h: float = 2.0) -> pd.DataFrame:
+    """The published heart-disease studies with every study's trial hours ``hours`` and the dataset's protocol
+    running from ``start`` for ``span_h`` hours (sweeps the first half, seeds the second)."""
+    s = published(layout.STUDIES_FILE)
+    t0 = pd.Timestamp(start)
+    return s.assign(trial_hours=hours, sweep_start=str(t0), sweep_end=str(t0 + pd.Timedelta(hours=span_h / 2)),
+                    seeds_end=str(t0 + pd.Timedelta(hours=span_h)))  # fmt: skip
+
+
+def write_run(folder: Path, scale: float, hours: float, span_h: float) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = published(layout.RESULTS_FILE)
+    rows.assign(mean=rows["mean"] * scale).to_csv(folder / layout.RESULTS_FILE, index=False)
+    studies(hours, span_h=span_h).to_csv(folder / layout.STUDIES_FILE, index=False)
+
+
+@pytest.fixture()
+def data(tmp_path) -> Path:
+    """Full runs: the published one and two replicates (1 trial hour per study, 2 h per dataset)."""
+    data = tmp_path / "numbers"
+    for folder, scale in ((data, 1.0), (layout.replicate_data_dir(data, "sampler_seed=1"), 1.01),
+                          (layout.replicate_data_dir(data, "sampler_seed=2"), 0.99)):  # fmt: skip
+        write_run(folder, scale, hours=1.0, span_h=2.0)
+    return data
+
+
+def test_no_pruned_run_says_so_in_both_blocks(data):
+    blocks = P.pruned_blocks(data)
+    assert blocks == {"pruned:summary": P.NONE_YET, "pruned": P.NONE_YET}
+
+
+def test_runs_like_the_full_ones_at_half_the_sweep_time_are_judged_and_their_saving_measured(data):
+    for name, scale in (("sampler_seed=12345", 1.0), ("sampler_seed=1", 1.005), ("sampler_seed=2", 0.995)):
+        write_run(layout.pruned_data_dir(data, "sha_min20", name), scale, hours=0.5, span_h=1.5)
+    (c,) = P.comparisons(data)
+    assert c.pruner == "sha_min20" and c.runs == {
+        DATASET: ["sampler_seed=1", "sampler_seed=12345", "sampler_seed=2"]
+    }
+    assert c.full_runs == {DATASET: ["published", "sampler_seed=1", "sampler_seed=2"]}
+    assert c.judgement.verdict in (E.EQUIVALENT, E.UNDECIDED) and not c.final
+    (t,) = c.times.itertuples()
+    assert (t.trial_hours_full, t.trial_hours_pruned) == (
+        pytest.approx(4.0),
+        pytest.approx(2.0),
+    )  # 4 objectives
+    assert t.trial_saved == pytest.approx(0.5) and t.wall_saved == pytest.approx(0.25)
+    # the projection: the published studies' sweeps (1 h each of 4) halved, their seeds (1 h each) kept
+    assert c.projected == (pytest.approx(8.0), pytest.approx(6.0))
+    blocks = P.pruned_blocks(data)
+    line = blocks["pruned:summary"]
+    assert line.startswith(f"- **`sha_min20`: {c.judgement.verdict}** (runs in: heart-disease 3 of 5, ")
+    assert "provisional until all are in" in line and "ships only as an experiment" in line
+    assert "heart-disease 50 %" in line and "8.0 h -> 6.0 h" in line
+    assert "| heart-disease | 4.00 h | 2.00 h | 50 % | 2.00 h | 1.50 h | 25 % |" in blocks["pruned"]
+
+
+def test_runs_far_from_the_full_ones_are_rejected(data):
+    for name in ("sampler_seed=1", "sampler_seed=2"):
+        write_run(layout.pruned_data_dir(data, "median_warmup5", name), 1.5, hours=0.5, span_h=1.5)
+    (c,) = P.comparisons(data)
+    assert c.judgement.verdict == E.REJECTED
+    assert "**`median_warmup5`: rejected**" in P.pruned_blocks(data)["pruned:summary"]
+
+
+def test_a_dataset_without_a_pruned_run_is_projected_with_the_median_share():
+    s = pd.DataFrame({"dataset": ["a", "b", "c"], "sweep_start": ["2026-01-01 00:00:00"] * 3,
+                      "sweep_end": ["2026-01-01 02:00:00"] * 3, "seeds_end": ["2026-01-01 03:00:00"] * 3})  # fmt: skip
+    full, pruned = P.projection(s, {"a": 0.5, "b": 0.25})
+    assert full == pytest.approx(9.0)
+    assert pruned == pytest.approx((2 * 0.5 + 1) + (2 * 0.75 + 1) + (2 * (1 - 0.375) + 1))
+    assert math.isnan(P.dataset_times(s, "z")[0])
