@@ -2,6 +2,7 @@
 hold, the time saved per dataset from the runs' studies, the seven-dataset projection, and the report's blocks.
 Synthetic data folders: the published heart-disease rows as the full runs (shifted for the replicates)."""
 
+import json
 import math
 from pathlib import Path
 
@@ -30,11 +31,23 @@ def studies(hours: float, start: str = "2026-01-01 00:00:00", span_h: float = 2.
                     seeds_end=str(t0 + pd.Timedelta(hours=span_h)))  # fmt: skip
 
 
-def write_run(folder: Path, scale: float, hours: float, span_h: float) -> None:
+def write_run(folder: Path, scale: float, hours: float, span_h: float, epochs: int | None = None) -> None:
+    """A run: the published rows times ``scale``, ``hours`` trial hours per study and, with ``epochs``, a trials
+    table per objective of two complete trials with curves of ``epochs`` epochs each and one failed without."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = published(layout.RESULTS_FILE)
     rows.assign(mean=rows["mean"] * scale).to_csv(folder / layout.RESULTS_FILE, index=False)
     studies(hours, span_h=span_h).to_csv(folder / layout.STUDIES_FILE, index=False)
+    if epochs is None:
+        return
+    curve = json.dumps([0.5] * epochs)
+    for objective in published(layout.STUDIES_FILE)["objective"]:
+        trials = pd.DataFrame({"dataset": DATASET, "objective": objective, "study": "s", "number": [0, 1, 2],
+                               "state": ["complete", "pruned", "fail"], "status": "", "direction": "maximize",
+                               "value": 0.5, "params": "{}", "curve": [curve, curve, None]})  # fmt: skip
+        path = layout.trials_table(folder, DATASET, objective)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        trials.to_csv(path, index=False)
 
 
 @pytest.fixture()
@@ -43,7 +56,7 @@ def data(tmp_path) -> Path:
     data = tmp_path / "numbers"
     for folder, scale in ((data, 1.0), (layout.replicate_data_dir(data, "sampler_seed=1"), 1.01),
                           (layout.replicate_data_dir(data, "sampler_seed=2"), 0.99)):  # fmt: skip
-        write_run(folder, scale, hours=1.0, span_h=2.0)
+        write_run(folder, scale, hours=1.0, span_h=2.0, epochs=None if folder == data else 10)
     return data
 
 
@@ -54,7 +67,7 @@ def test_no_pruned_run_says_so_in_both_blocks(data):
 
 def test_runs_like_the_full_ones_at_half_the_sweep_time_are_judged_and_their_saving_measured(data):
     for name, scale in (("sampler_seed=12345", 1.0), ("sampler_seed=1", 1.005), ("sampler_seed=2", 0.995)):
-        write_run(layout.pruned_data_dir(data, "sha_min20", name), scale, hours=0.5, span_h=1.5)
+        write_run(layout.pruned_data_dir(data, "sha_min20", name), scale, hours=0.5, span_h=1.5, epochs=4)
     (c,) = P.comparisons(data)
     assert c.pruner == "sha_min20" and c.runs == {
         DATASET: ["sampler_seed=1", "sampler_seed=12345", "sampler_seed=2"]
@@ -62,19 +75,19 @@ def test_runs_like_the_full_ones_at_half_the_sweep_time_are_judged_and_their_sav
     assert c.full_runs == {DATASET: ["published", "sampler_seed=1", "sampler_seed=2"]}
     assert c.judgement.verdict in (E.EQUIVALENT, E.UNDECIDED) and not c.final
     (t,) = c.times.itertuples()
-    assert (t.trial_hours_full, t.trial_hours_pruned) == (
-        pytest.approx(4.0),
-        pytest.approx(2.0),
-    )  # 4 objectives
-    assert t.trial_saved == pytest.approx(0.5) and t.wall_saved == pytest.approx(0.25)
-    # the projection: the published studies' sweeps (1 h each of 4) halved, their seeds (1 h each) kept
-    assert c.projected == (pytest.approx(8.0), pytest.approx(6.0))
+    # the replicates kept curves (4 objectives x 2 budget trials x 10 epochs; the failed trial does not count)
+    assert (t.epochs_full, t.epochs_pruned, t.epochs_saved) == (80, 32, pytest.approx(0.6))
+    assert (t.trial_hours_full, t.trial_hours_pruned) == (pytest.approx(4.0), pytest.approx(2.0))  # 4 objectives
+    assert t.trial_saved == pytest.approx(0.5)
+    assert P.saved_shares(c.times) == {DATASET: pytest.approx(0.6)}  # epochs first
+    # the projection: the published run's 4 studies of 1 trial hour each, on 2 workers, 60 % saved
+    assert c.projected == (pytest.approx(2.0), pytest.approx(0.8))
     blocks = P.pruned_blocks(data)
     line = blocks["pruned:summary"]
     assert line.startswith(f"- **`sha_min20`: {c.judgement.verdict}** (runs in: heart-disease 3 of 5, ")
     assert "provisional until all are in" in line and "ships only as an experiment" in line
-    assert "heart-disease 50 %" in line and "8.0 h -> 6.0 h" in line
-    assert "| heart-disease | 4.00 h | 2.00 h | 50 % | 2.00 h | 1.50 h | 25 % |" in blocks["pruned"]
+    assert "heart-disease 60 %" in line and "2.0 h -> 0.8 h" in line
+    assert "| heart-disease | 80 | 32 | 60 % | 4.00 h | 2.00 h | 50 % |" in blocks["pruned"]
 
 
 def test_runs_far_from_the_full_ones_are_rejected(data):
@@ -86,9 +99,9 @@ def test_runs_far_from_the_full_ones_are_rejected(data):
 
 
 def test_a_dataset_without_a_pruned_run_is_projected_with_the_median_share():
-    s = pd.DataFrame({"dataset": ["a", "b", "c"], "sweep_start": ["2026-01-01 00:00:00"] * 3,
-                      "sweep_end": ["2026-01-01 02:00:00"] * 3, "seeds_end": ["2026-01-01 03:00:00"] * 3})  # fmt: skip
+    s = pd.DataFrame({"dataset": ["a", "b", "c"], "trial_hours": [2.0, 2.0, 2.0]})
     full, pruned = P.projection(s, {"a": 0.5, "b": 0.25})
-    assert full == pytest.approx(9.0)
-    assert pruned == pytest.approx((2 * 0.5 + 1) + (2 * 0.75 + 1) + (2 * (1 - 0.375) + 1))
-    assert math.isnan(P.dataset_times(s, "z")[0])
+    assert full == pytest.approx(3.0)
+    assert pruned == pytest.approx((2 * 0.5 + 2 * 0.75 + 2 * (1 - 0.375)) / 2)
+    assert math.isnan(P.trial_hours(s.assign(trial_hours=[1.0, None, 1.0]), "b"))
+    assert math.isnan(P.sweep_epochs(pd.DataFrame({"dataset": ["a"], "state": ["complete"]}), "a"))  # no curves

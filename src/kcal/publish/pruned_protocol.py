@@ -13,18 +13,18 @@ the full protocol stays the reference.
 
 **What it saves, measured** (:func:`time_rows`), per dataset, the median over runs of
 
-* the sweeps' trial hours (``studies.csv``'s ``trial_hours``: every trial's wall time, summed over the
-  dataset's objectives), pruned runs against full runs;
-* the whole protocol's wall time on the dataset (from its first study's ``sweep_start`` to its last
-  ``seeds_end``), pruned against full;
+* the sweeps' *epochs* (every budget trial's per-epoch curve, :mod:`kcal.publish.trials`, summed over the
+  dataset's objectives): what pruning removes, whatever the machine's load. The full protocol's epochs come
+  from its runs that kept curves: those of the full runs that did, and the worker-count runs (the full protocol
+  on N workers; an epoch costs the same on any worker count);
+* the sweeps' *trial hours* (``studies.csv``'s ``trial_hours``: the wall time of every trial of the budget,
+  summed), pruned runs against full runs: a wall time, so only as comparable as the machines' loads were.
 
-both wall times, so they are only as comparable as the machines' loads were (the runs' ``provenance.json``
-names the command; DETAILS.md says on which machine they ran).
-
-**The seven datasets, projected** (:func:`projection`): the published run's time per study (``sweep_end -
-sweep_start`` for the sweep, ``seeds_end - sweep_end`` for the seeds, both wall, on 2 workers), summed over the
-studies, against the same sum with each sweep shortened by the measured share of trial hours saved on its
-dataset (where a dataset has no pruned run: the median share of those measured).
+**The seven datasets' sweeps, projected** (:func:`projection`): the published run's sweep trial hours
+(``studies.csv``'s ``trial_hours``, summed over its studies) over :data:`WORKERS` workers, the full protocol's
+cost as the issue counts it (the seed reruns come on top, the same number for both protocols), against the same
+sum with each study's trial hours shortened by the share of epochs saved on its dataset (of trial hours where no
+full run kept curves; where a dataset has no pruned run, the median share of those measured).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from kcal.core import layout
 from kcal.publish import equivalence as E
 from kcal.publish.protocol_spread import PUBLISHED
 from kcal.publish.table_cells import load_results
+from kcal.publish.trials import read_curve, read_trials
 
 PLANNED_RUNS = {"heart-disease": 5, "breast-cancer": 5, "crime": 3}
 """Runs of the pruned protocol per dataset that issue 43 asks for; the verdict is provisional below these."""
@@ -50,23 +51,25 @@ NONE_YET = "(no pruned protocol run published yet: `kcal variant-report <root> <
 class Folders:
     results: dict[str, pd.DataFrame]
     studies: dict[str, pd.DataFrame]
+    trials: dict[str, pd.DataFrame]
 
 
 def read(folders: Mapping[str, Path], datasets: set[str] | None = None) -> Folders:
-    """Each run's ``results.csv`` and ``studies.csv``, by name, restricted to ``datasets`` (None: all)."""
-    out = Folders({}, {})
+    """Each run's ``results.csv``, ``studies.csv`` and trials, by name, restricted to ``datasets`` (None: all)."""
+    out = Folders({}, {}, {})
     for name, folder in folders.items():
         results = load_results(layout.results_file(folder))
         studies_file = Path(folder) / layout.STUDIES_FILE
         studies = pd.read_csv(studies_file) if studies_file.is_file() else pd.DataFrame(columns=["dataset"])
+        trials = read_trials(folder)
         if datasets is not None:
             results = results[results["dataset"].isin(datasets)]
             studies = studies[studies["dataset"].isin(datasets)]
+            trials = trials[trials["dataset"].isin(datasets)] if "dataset" in trials.columns else trials
         if len(results):
-            out.results[name], out.studies[name] = (
-                results.reset_index(drop=True),
-                studies.reset_index(drop=True),
-            )
+            out.results[name] = results.reset_index(drop=True)
+            out.studies[name] = studies.reset_index(drop=True)
+            out.trials[name] = trials
     return out
 
 
@@ -75,44 +78,68 @@ def full_folders(data: Path) -> dict[str, Path]:
     return {PUBLISHED: Path(data), **layout.replicate_data_dirs(data)}
 
 
-def _hours(end: pd.Series, start: pd.Series) -> pd.Series:
-    return (pd.to_datetime(end) - pd.to_datetime(start)).dt.total_seconds() / 3600
+BUDGET_STATES = ("complete", "pruned")
+"""The trials of a sweep's budget, whose epochs count."""
+WORKERS = 2
+"""The worker processes the projection divides the trial hours by (the protocol's runs ran on 2)."""
 
 
-def dataset_times(studies: pd.DataFrame, dataset: str) -> tuple[float, float]:
-    """One run on one dataset: (its sweeps' trial hours, its whole protocol's wall hours); NaN where unrecorded."""
+def sweep_epochs(trials: pd.DataFrame, dataset: str) -> float:
+    """One run on one dataset: the epochs its sweeps trained (the curves' lengths over its complete and pruned
+    trials); NaN where the run kept no curves for the dataset."""
+    if "curve" not in trials.columns:
+        return np.nan
+    t = trials[(trials["dataset"] == dataset) & trials["state"].isin(BUDGET_STATES)]
+    lengths = t["curve"].map(lambda c: len(read_curve(c)))
+    return float(lengths.sum()) if len(t) and (lengths > 0).all() else np.nan
+
+
+def trial_hours(studies: pd.DataFrame, dataset: str) -> float:
+    """One run on one dataset: its sweeps' trial hours (NaN where unrecorded)."""
     s = studies[studies["dataset"] == dataset]
-    if s.empty:
-        return np.nan, np.nan
-    trial = float(s["trial_hours"].sum()) if s["trial_hours"].notna().all() else np.nan
-    span = np.nan
-    if s["sweep_start"].notna().all() and s["seeds_end"].notna().all():
-        span = float(_hours(pd.Series([s["seeds_end"].max()]), pd.Series([s["sweep_start"].min()])).iloc[0])
-    return trial, span
+    return float(s["trial_hours"].sum()) if len(s) and s["trial_hours"].notna().all() else np.nan
 
 
-def time_rows(full: Folders, pruned: Folders) -> pd.DataFrame:
-    """Per dataset of the pruned runs: the median trial hours and wall hours of the full and the pruned runs
-    and the share saved (1 - pruned / full) of each."""
+def _median(values) -> float:
+    values = [v for v in values if np.isfinite(v)]
+    return float(np.median(values)) if values else np.nan
+
+
+def time_rows(full: Folders, pruned: Folders, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per dataset of the pruned runs: the median sweep epochs of the full runs (``curves``: the trials of every
+    full-protocol run, by name) and of the pruned runs, and the median trial hours of each; with the share saved
+    (1 - pruned / full) of each."""
     rows = []
     for ds in sorted({d for s in pruned.studies.values() for d in s["dataset"]}):
-        f = np.array([dataset_times(s, ds) for s in full.studies.values()], float).reshape(-1, 2)
-        p = np.array([dataset_times(s, ds) for s in pruned.studies.values()], float).reshape(-1, 2)
-        f, p = np.nanmedian(f, axis=0), np.nanmedian(p, axis=0)
-        rows.append({"dataset": ds, "trial_hours_full": f[0], "trial_hours_pruned": p[0],
-                     "trial_saved": 1 - p[0] / f[0], "wall_hours_full": f[1], "wall_hours_pruned": p[1],
-                     "wall_saved": 1 - p[1] / f[1]})  # fmt: skip
-    return pd.DataFrame(rows)
+        ef = _median(sweep_epochs(t, ds) for t in curves.values())
+        ep = _median(sweep_epochs(t, ds) for t in pruned.trials.values())
+        hf = _median(trial_hours(s, ds) for s in full.studies.values())
+        hp = _median(trial_hours(s, ds) for s in pruned.studies.values())
+        rows.append({"dataset": ds, "epochs_full": ef, "epochs_pruned": ep, "epochs_saved": 1 - ep / ef,
+                     "trial_hours_full": hf, "trial_hours_pruned": hp, "trial_saved": 1 - hp / hf})  # fmt: skip
+    return pd.DataFrame(rows, columns=["dataset", "epochs_full", "epochs_pruned", "epochs_saved",
+                                       "trial_hours_full", "trial_hours_pruned", "trial_saved"])  # fmt: skip
+
+
+def saved_shares(times: pd.DataFrame) -> dict[str, float]:
+    """Per dataset, the share of a sweep that pruning saves: of epochs where measured, else of trial hours."""
+    out = {}
+    for r in times.itertuples():
+        share = r.epochs_saved if np.isfinite(r.epochs_saved) else r.trial_saved
+        if np.isfinite(share):
+            out[r.dataset] = float(share)
+    return out
 
 
 def projection(published: pd.DataFrame, saved: Mapping[str, float]) -> tuple[float, float]:
-    """(full, pruned) wall hours of the published run's studies (module docstring): each sweep's wall time
-    times ``1 - saved[dataset]`` (a dataset without a share: the median of ``saved``) plus its seeds' time."""
-    s = published.dropna(subset=["sweep_start", "sweep_end", "seeds_end"])
-    sweep, seeds = _hours(s["sweep_end"], s["sweep_start"]), _hours(s["seeds_end"], s["sweep_end"])
+    """(full, pruned) hours of the published run's sweeps on :data:`WORKERS` workers (module docstring): its
+    studies' trial hours, each times ``1 - saved[dataset]`` for the pruned (a dataset without a share: the median
+    of ``saved``), summed and divided by the workers."""
+    s = published.dropna(subset=["trial_hours"])
     default = float(np.median(list(saved.values())))
     share = s["dataset"].map(lambda d: saved.get(d, default))
-    return float((sweep + seeds).sum()), float((sweep * (1 - share) + seeds).sum())
+    hours = s["trial_hours"].astype(float)
+    return float(hours.sum()) / WORKERS, float((hours * (1 - share)).sum()) / WORKERS
 
 
 @dataclass
@@ -138,8 +165,9 @@ def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> Prun
     full_runs = {
         d: sorted(n for n, r in full.results.items() if d in set(r["dataset"])) for d in sorted(datasets)
     }
-    times = time_rows(full, pruned)
-    saved = {r.dataset: r.trial_saved for r in times.itertuples() if np.isfinite(r.trial_saved)}
+    workers = read({f"{label}/{n}": f for (label, n), f in layout.workers_data_dirs(data).items()}, datasets)
+    times = time_rows(full, pruned, {**full.trials, **workers.trials})
+    saved = saved_shares(times)
     published = pd.read_csv(Path(data) / layout.STUDIES_FILE)
     projected = projection(published, saved) if saved else (np.nan, np.nan)
     final = all(len(runs.get(d, [])) >= n for d, n in PLANNED_RUNS.items())
@@ -160,6 +188,14 @@ def _pct(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{100 * x:.0f} %"
 
 
+def _n(x: float, spec: str = ".0f") -> str:
+    return "—" if not np.isfinite(x) else format(x, spec)
+
+
+def _passes(passes: bool | None) -> str:
+    return {True: "passes", False: "fails", None: "untested"}[passes]
+
+
 def _h(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{x:.2f} h"
 
@@ -172,13 +208,14 @@ def _runs_in(c: PrunedComparison) -> str:
 
 def summary_line(c: PrunedComparison) -> str:
     j = c.judgement
-    saved = ", ".join(f"{r.dataset} {_pct(r.trial_saved)}" for r in c.times.itertuples())
+    saved = ", ".join(f"{d} {_pct(v)}" for d, v in saved_shares(c.times).items())
     full, pruned = c.projected
     ship = ("it may replace the full protocol" if j.verdict == E.EQUIVALENT and c.final
             else "it ships only as an experiment; the full protocol stays the reference")  # fmt: skip
     return (f"**`{c.pruner}`: {j.verdict}** ({_runs_in(c)}) by the rule of `kcal.publish.equivalence`, fixed "
-            f"before the runs: {ship}. Sweep trial hours saved (median over runs): {saved}; the seven datasets' "
-            f"protocol, projected from the published run's study times: {full:.1f} h -> {pruned:.1f} h.")  # fmt: skip
+            f"before the runs: {ship}. Sweep epochs saved (median over runs; trial hours where no full run kept "
+            f"curves): {saved}; the seven datasets' sweeps on {WORKERS} workers, projected from the published run's "
+            f"trial hours: {full:.1f} h -> {pruned:.1f} h.")  # fmt: skip
 
 
 def summary_block(found: list[PrunedComparison]) -> str:
@@ -198,26 +235,28 @@ def details_block(found: list[PrunedComparison]) -> str:
                 + ". Full runs: " + "; ".join(f"{d}: {', '.join(r)}" for d, r in c.full_runs.items()) + ".", "",
                 "| count | measured | passes |", "|---|---|---|"]  # fmt: skip
         for s in j.shifts:
+            shift = (f"{s.shift:+.2f} [{s.low:+.2f}, {s.high:+.2f}]" if np.isfinite(s.shift)
+                     else "— (each side needs 2 runs)")  # fmt: skip
             out.append(f"| 1. cell shift, {s.dataset} (protocol SDs, 90 % interval, margin ±{E.MARGIN:g}) | "
-                       f"{s.shift:+.2f} [{s.low:+.2f}, {s.high:+.2f}], {s.runs_candidate} vs {s.runs_full} runs | "
-                       f"{s.outcome} |")  # fmt: skip
+                       f"{shift}, {s.runs_candidate} vs {s.runs_full} runs | {s.outcome} |")  # fmt: skip
         cells, claims, shares = j.cells, j.claims, j.shares
         out.append(f"| 2. cells differing (Welch, 5 %) | {cells['differing']} of {cells['tested']} (chance: at "
-                   f"most {cells['high']}) | {cells['passes']} |")  # fmt: skip
+                   f"most {cells['high']}) | {_passes(cells['passes'])} |")  # fmt: skip
         out.append(f"| 3. claim outcomes agree | {claims['across']:.3f} across, {claims['within']:.3f} among the "
-                   f"full runs (slack {E.AGREEMENT_SLACK:g}) | {claims['passes']} |")  # fmt: skip
+                   f"full runs (slack {E.AGREEMENT_SLACK:g}) | {_passes(claims['passes'])} |")  # fmt: skip
         out.append(f"| 4. selected regulariser share shifted | {shares['shifted']} of {shares['tested']} studies "
-                   f"(chance: at most {shares['high']}; median shift {shares['median_shift']:+.2f} decades) | "
-                   f"{shares['passes']} |")  # fmt: skip
-        out += ["", "| dataset | sweep trial hours, full | pruned | saved | protocol wall hours, full | pruned | "
-                "saved |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+                   f"(chance: at most {shares['high']}; median shift {_n(shares['median_shift'], '+.2f')} decades) | "
+                   f"{_passes(shares['passes'])} |")  # fmt: skip
+        out += ["", "Time saved (module docstring): epochs, whatever the load; trial hours, wall time as the machines' "
+                "loads were (the full runs' from their own sittings).", "",
+                "| dataset | sweep epochs, full | pruned | saved | sweep trial hours, full | pruned | saved |",
+                "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for r in c.times.itertuples():
-            out.append(f"| {r.dataset} | {_h(r.trial_hours_full)} | {_h(r.trial_hours_pruned)} | "
-                       f"{_pct(r.trial_saved)} | {_h(r.wall_hours_full)} | {_h(r.wall_hours_pruned)} | "
-                       f"{_pct(r.wall_saved)} |")  # fmt: skip
+            out.append(f"| {r.dataset} | {_n(r.epochs_full)} | {_n(r.epochs_pruned)} | {_pct(r.epochs_saved)} | "
+                       f"{_h(r.trial_hours_full)} | {_h(r.trial_hours_pruned)} | {_pct(r.trial_saved)} |")  # fmt: skip
         full, pruned = c.projected
-        out += ["", f"The seven datasets, projected (module docstring): {full:.1f} h for the full protocol, "
-                f"{pruned:.1f} h pruned ({_pct(1 - pruned / full)} less).", ""]  # fmt: skip
+        out += ["", f"The seven datasets' sweeps on {WORKERS} workers, projected (module docstring): {full:.1f} h for the "
+                f"full protocol, {pruned:.1f} h pruned ({_pct(1 - pruned / full)} less).", ""]  # fmt: skip
     return "\n".join(out).rstrip()
 
 

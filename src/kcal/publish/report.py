@@ -117,7 +117,9 @@ def study_rows(root: Path, storage: str | None = None) -> pd.DataFrame:
         best = selected(study) if complete else None
         starts = [t.datetime_start for t in trials if t.datetime_start]
         ends = [t.datetime_complete for t in trials if t.datetime_complete]
-        seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+        # trial hours: the budget's trials only (a re-queued trial's time spans its run's stop)
+        budget = [*complete, *counted_fail, *(t for t in trials if t.state == TrialState.PRUNED)]
+        seconds = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in budget
                       if t.datetime_start and t.datetime_complete)  # fmt: skip
         seed_files = layout.finished_seed_files(layout.label_dir(root, dataset, objective, selection))
         seeds_end = max((layout.seed_trained_at(p) for p in seed_files), default=None)
