@@ -31,9 +31,17 @@ def studies(hours: float, start: str = "2026-01-01 00:00:00", span_h: float = 2.
                     seeds_end=str(t0 + pd.Timedelta(hours=span_h)))  # fmt: skip
 
 
-def write_run(folder: Path, scale: float, hours: float, span_h: float, epochs: int | None = None) -> None:
+def write_run(
+    folder: Path,
+    scale: float,
+    hours: float,
+    span_h: float,
+    epochs: int | None = None,
+    cpu: float | None = None,
+) -> None:
     """A run: the published rows times ``scale``, ``hours`` trial hours per study and, with ``epochs``, a trials
-    table per objective of two complete trials with curves of ``epochs`` epochs each and one failed without."""
+    table per objective of two complete trials with curves of ``epochs`` epochs each and one failed without (and,
+    with ``cpu``, ``cpu`` CPU seconds each)."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = published(layout.RESULTS_FILE)
     rows.assign(mean=rows["mean"] * scale).to_csv(folder / layout.RESULTS_FILE, index=False)
@@ -45,6 +53,8 @@ def write_run(folder: Path, scale: float, hours: float, span_h: float, epochs: i
         trials = pd.DataFrame({"dataset": DATASET, "objective": objective, "study": "s", "number": [0, 1, 2],
                                "state": ["complete", "pruned", "fail"], "status": "", "direction": "maximize",
                                "value": 0.5, "params": "{}", "curve": [curve, curve, None]})  # fmt: skip
+        if cpu is not None:
+            trials["cpu_seconds"] = [cpu, cpu, None]
         path = layout.trials_table(folder, DATASET, objective)
         path.parent.mkdir(parents=True, exist_ok=True)
         trials.to_csv(path, index=False)
@@ -77,7 +87,10 @@ def test_runs_like_the_full_ones_at_half_the_sweep_time_are_judged_and_their_sav
     (t,) = c.times.itertuples()
     # the replicates kept curves (4 objectives x 2 budget trials x 10 epochs; the failed trial does not count)
     assert (t.epochs_full, t.epochs_pruned, t.epochs_saved) == (80, 32, pytest.approx(0.6))
-    assert (t.trial_hours_full, t.trial_hours_pruned) == (pytest.approx(4.0), pytest.approx(2.0))  # 4 objectives
+    assert (t.trial_hours_full, t.trial_hours_pruned) == (
+        pytest.approx(4.0),
+        pytest.approx(2.0),
+    )  # 4 objectives
     assert t.trial_saved == pytest.approx(0.5)
     assert P.saved_shares(c.times) == {DATASET: pytest.approx(0.6)}  # epochs first
     # the projection: the published run's 4 studies of 1 trial hour each, on 2 workers, 60 % saved
@@ -87,7 +100,7 @@ def test_runs_like_the_full_ones_at_half_the_sweep_time_are_judged_and_their_sav
     assert line.startswith(f"- **`sha_min20`: {c.judgement.verdict}** (runs in: heart-disease 3 of 5, ")
     assert "provisional until all are in" in line and "ships only as an experiment" in line
     assert "heart-disease 60 %" in line and "2.0 h -> 0.8 h" in line
-    assert "| heart-disease | 80 | 32 | 60 % | 4.00 h | 2.00 h | 50 % |" in blocks["pruned"]
+    assert "| heart-disease | — / — / — | 80 / 32 / 60 % | 4.00 h / 2.00 h / 50 % |" in blocks["pruned"]
 
 
 def test_runs_far_from_the_full_ones_are_rejected(data):
@@ -104,4 +117,24 @@ def test_a_dataset_without_a_pruned_run_is_projected_with_the_median_share():
     assert full == pytest.approx(3.0)
     assert pruned == pytest.approx((2 * 0.5 + 2 * 0.75 + 2 * (1 - 0.375)) / 2)
     assert math.isnan(P.trial_hours(s.assign(trial_hours=[1.0, None, 1.0]), "b"))
-    assert math.isnan(P.sweep_epochs(pd.DataFrame({"dataset": ["a"], "state": ["complete"]}), "a"))  # no curves
+    assert math.isnan(
+        P.sweep_epochs(pd.DataFrame({"dataset": ["a"], "state": ["complete"]}), "a")
+    )  # no curves
+
+
+def test_cpu_hours_come_first_where_both_sides_recorded_them(data):
+    for name in ("sampler_seed=1", "sampler_seed=2"):  # the replicates' trials again, with their CPU seconds
+        write_run(layout.replicate_data_dir(data, name), 1.0, hours=1.0, span_h=2.0, epochs=10, cpu=900.0)
+        write_run(
+            layout.pruned_data_dir(data, "sha_min20", name), 1.0, hours=0.5, span_h=1.5, epochs=4, cpu=450.0
+        )
+    (c,) = P.comparisons(data)
+    (t,) = c.times.itertuples()
+    # 4 objectives x 2 budget trials x 900 s = 2 h; the failed trial's missing CPU does not count
+    assert (t.cpu_hours_full, t.cpu_hours_pruned, t.cpu_saved) == (
+        pytest.approx(2.0),
+        pytest.approx(1.0),
+        0.5,
+    )
+    assert P.saved_shares(c.times) == {DATASET: pytest.approx(0.5)}  # not the epochs' 60 %
+    assert "| heart-disease | 2.00 h / 1.00 h / 50 % | 80 / 32 / 60 % |" in P.pruned_blocks(data)["pruned"]

@@ -56,5 +56,6 @@ def test_a_pruned_sweep_counts_pruned_trials_and_reports_running_bests(tmp_path)
         curve = [t.intermediate_values[e] for e in sorted(t.intermediate_values)]
         assert curve and all(b <= a for a, b in zip(curve, curve[1:], strict=False))  # running bests
         assert all(math.isfinite(v) for v in curve)
+        assert t.user_attrs["cpu_seconds"] > 0  # pruned trials record their cost too
         if t.state == optuna.trial.TrialState.PRUNED:
             assert t.user_attrs[STATUS] == "pruned" and len(curve) < 8

@@ -165,6 +165,10 @@ def test_every_trial_keeps_its_validation_curve(crime_root):
         assert read_curve(row["curve"].item()) == pytest.approx([curve[e] for e in sorted(curve)], rel=1e-6)
         for key in ("epochs", "best_epoch", "reg_share_at_best"):  # what a pruning replay compares
             assert row[key].item() == pytest.approx(t.user_attrs[key], rel=1e-6)
+        assert (
+            row["cpu_seconds"].item() == pytest.approx(t.user_attrs["cpu_seconds"])
+            and row["cpu_seconds"].item() > 0
+        )
 
 
 @needs("breast-cancer")

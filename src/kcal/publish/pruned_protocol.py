@@ -13,18 +13,24 @@ the full protocol stays the reference.
 
 **What it saves, measured** (:func:`time_rows`), per dataset, the median over runs of
 
-* the sweeps' *epochs* (every budget trial's per-epoch curve, :mod:`kcal.publish.trials`, summed over the
-  dataset's objectives): what pruning removes, whatever the machine's load. The full protocol's epochs come
-  from its runs that kept curves: those of the full runs that did, and the worker-count runs (the full protocol
-  on N workers; an epoch costs the same on any worker count);
+* the sweeps' *CPU hours* (every budget trial's ``cpu_seconds``, recorded since 2026-11-27, summed over the
+  dataset's objectives): what the sweeps cost whatever the machine's load, per-trial overheads included;
+* the sweeps' *epochs* (the trials' per-epoch curves, :mod:`kcal.publish.trials`): what pruning removes,
+  whatever the load, but blind to a trial's fixed costs (setup, evaluation), which a pruned trial pays for
+  fewer epochs;
 * the sweeps' *trial hours* (``studies.csv``'s ``trial_hours``: the wall time of every trial of the budget,
-  summed), pruned runs against full runs: a wall time, so only as comparable as the machines' loads were.
+  summed): a wall time, so only as comparable as the machines' loads were.
+
+The full protocol's CPU hours and epochs come from its runs that recorded them: those of the full runs that did,
+and the worker-count runs (the full protocol on N workers; a trial costs about the same on any worker count).
+The *share saved* of a dataset is that of CPU hours where both sides recorded them, else of epochs, else of
+trial hours.
 
 **The seven datasets' sweeps, projected** (:func:`projection`): the published run's sweep trial hours
 (``studies.csv``'s ``trial_hours``, summed over its studies) over :data:`WORKERS` workers, the full protocol's
 cost as the issue counts it (the seed reruns come on top, the same number for both protocols), against the same
-sum with each study's trial hours shortened by the share of epochs saved on its dataset (of trial hours where no
-full run kept curves; where a dataset has no pruned run, the median share of those measured).
+sum with each study's trial hours shortened by the share saved on its dataset (where a dataset has no pruned run,
+the median share of those measured).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from kcal.publish import equivalence as E
 from kcal.publish.protocol_spread import PUBLISHED
 from kcal.publish.table_cells import load_results
 from kcal.publish.trials import read_curve, read_trials
+from kcal.sweep.search import CPU_SECONDS
 
 PLANNED_RUNS = {"heart-disease": 5, "breast-cancer": 5, "crime": 3}
 """Runs of the pruned protocol per dataset that issue 43 asks for; the verdict is provisional below these."""
@@ -94,6 +101,15 @@ def sweep_epochs(trials: pd.DataFrame, dataset: str) -> float:
     return float(lengths.sum()) if len(t) and (lengths > 0).all() else np.nan
 
 
+def sweep_cpu_hours(trials: pd.DataFrame, dataset: str) -> float:
+    """One run on one dataset: the CPU hours of its sweeps' budget trials; NaN where any trial lacks them."""
+    if CPU_SECONDS not in trials.columns:
+        return np.nan
+    t = trials[(trials["dataset"] == dataset) & trials["state"].isin(BUDGET_STATES)]
+    seconds = pd.to_numeric(t[CPU_SECONDS], errors="coerce")
+    return float(seconds.sum()) / 3600 if len(t) and seconds.notna().all() else np.nan
+
+
 def trial_hours(studies: pd.DataFrame, dataset: str) -> float:
     """One run on one dataset: its sweeps' trial hours (NaN where unrecorded)."""
     s = studies[studies["dataset"] == dataset]
@@ -106,26 +122,30 @@ def _median(values) -> float:
 
 
 def time_rows(full: Folders, pruned: Folders, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Per dataset of the pruned runs: the median sweep epochs of the full runs (``curves``: the trials of every
-    full-protocol run, by name) and of the pruned runs, and the median trial hours of each; with the share saved
-    (1 - pruned / full) of each."""
+    """Per dataset of the pruned runs: the median sweep CPU hours and epochs of the full runs (``curves``: the
+    trials of every full-protocol run, by name) and of the pruned runs, and the median trial hours of each; with
+    the share saved (1 - pruned / full) of each."""
     rows = []
     for ds in sorted({d for s in pruned.studies.values() for d in s["dataset"]}):
+        cf = _median(sweep_cpu_hours(t, ds) for t in curves.values())
+        cp = _median(sweep_cpu_hours(t, ds) for t in pruned.trials.values())
         ef = _median(sweep_epochs(t, ds) for t in curves.values())
         ep = _median(sweep_epochs(t, ds) for t in pruned.trials.values())
         hf = _median(trial_hours(s, ds) for s in full.studies.values())
         hp = _median(trial_hours(s, ds) for s in pruned.studies.values())
-        rows.append({"dataset": ds, "epochs_full": ef, "epochs_pruned": ep, "epochs_saved": 1 - ep / ef,
+        rows.append({"dataset": ds, "cpu_hours_full": cf, "cpu_hours_pruned": cp, "cpu_saved": 1 - cp / cf,
+                     "epochs_full": ef, "epochs_pruned": ep, "epochs_saved": 1 - ep / ef,
                      "trial_hours_full": hf, "trial_hours_pruned": hp, "trial_saved": 1 - hp / hf})  # fmt: skip
-    return pd.DataFrame(rows, columns=["dataset", "epochs_full", "epochs_pruned", "epochs_saved",
+    return pd.DataFrame(rows, columns=["dataset", "cpu_hours_full", "cpu_hours_pruned", "cpu_saved", "epochs_full", "epochs_pruned", "epochs_saved",
                                        "trial_hours_full", "trial_hours_pruned", "trial_saved"])  # fmt: skip
 
 
 def saved_shares(times: pd.DataFrame) -> dict[str, float]:
-    """Per dataset, the share of a sweep that pruning saves: of epochs where measured, else of trial hours."""
+    """Per dataset, the share of a sweep that pruning saves: of CPU hours where measured, else of epochs, else of
+    trial hours."""
     out = {}
     for r in times.itertuples():
-        share = r.epochs_saved if np.isfinite(r.epochs_saved) else r.trial_saved
+        share = next((x for x in (r.cpu_saved, r.epochs_saved, r.trial_saved) if np.isfinite(x)), np.nan)
         if np.isfinite(share):
             out[r.dataset] = float(share)
     return out
@@ -213,8 +233,8 @@ def summary_line(c: PrunedComparison) -> str:
     ship = ("it may replace the full protocol" if j.verdict == E.EQUIVALENT and c.final
             else "it ships only as an experiment; the full protocol stays the reference")  # fmt: skip
     return (f"**`{c.pruner}`: {j.verdict}** ({_runs_in(c)}) by the rule of `kcal.publish.equivalence`, fixed "
-            f"before the runs: {ship}. Sweep epochs saved (median over runs; trial hours where no full run kept "
-            f"curves): {saved}; the seven datasets' sweeps on {WORKERS} workers, projected from the published run's "
+            f"before the runs: {ship}. Share of the sweeps saved (median over runs; of CPU hours where both sides "
+            f"recorded them, else of epochs, else of trial hours): {saved}; the seven datasets' sweeps on {WORKERS} workers, projected from the published run's "
             f"trial hours: {full:.1f} h -> {pruned:.1f} h.")  # fmt: skip
 
 
@@ -247,13 +267,14 @@ def details_block(found: list[PrunedComparison]) -> str:
         out.append(f"| 4. selected regulariser share shifted | {shares['shifted']} of {shares['tested']} studies "
                    f"(chance: at most {shares['high']}; median shift {_n(shares['median_shift'], '+.2f')} decades) | "
                    f"{_passes(shares['passes'])} |")  # fmt: skip
-        out += ["", "Time saved (module docstring): epochs, whatever the load; trial hours, wall time as the machines' "
-                "loads were (the full runs' from their own sittings).", "",
-                "| dataset | sweep epochs, full | pruned | saved | sweep trial hours, full | pruned | saved |",
-                "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        out += ["", "Time saved (module docstring; median over runs, full / pruned / saved): CPU hours and epochs, "
+                "whatever the load; trial hours, wall time as the machines' loads were (the full runs' in their own "
+                "sittings).", "",
+                "| dataset | sweep CPU hours | sweep epochs | sweep trial hours |", "|---|---|---|---|"]  # fmt: skip
         for r in c.times.itertuples():
-            out.append(f"| {r.dataset} | {_n(r.epochs_full)} | {_n(r.epochs_pruned)} | {_pct(r.epochs_saved)} | "
-                       f"{_h(r.trial_hours_full)} | {_h(r.trial_hours_pruned)} | {_pct(r.trial_saved)} |")  # fmt: skip
+            out.append(f"| {r.dataset} | {_h(r.cpu_hours_full)} / {_h(r.cpu_hours_pruned)} / {_pct(r.cpu_saved)} | "
+                       f"{_n(r.epochs_full)} / {_n(r.epochs_pruned)} / {_pct(r.epochs_saved)} | "
+                       f"{_h(r.trial_hours_full)} / {_h(r.trial_hours_pruned)} / {_pct(r.trial_saved)} |")  # fmt: skip
         full, pruned = c.projected
         out += ["", f"The seven datasets' sweeps on {WORKERS} workers, projected (module docstring): {full:.1f} h for the "
                 f"full protocol, {pruned:.1f} h pruned ({_pct(1 - pruned / full)} less).", ""]  # fmt: skip

@@ -20,15 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 from kcal.core import layout
-from kcal.sweep.search import REG_SHARE_KEYS
+from kcal.sweep.search import CPU_SECONDS, REG_SHARE_KEYS
 from kcal.sweep.studies import STATUS
 
 KEY_COLUMNS = ["dataset", "objective", "study", "number", "state", "status", "direction", "value", "params",
                "curve"]  # fmt: skip
 """The columns every trials table starts with; each metric of the trials' ``metrics.json`` follows."""
-TRIAL_ATTRS = ("epochs", "best_epoch", *REG_SHARE_KEYS)
+TRIAL_ATTRS = ("epochs", "best_epoch", *REG_SHARE_KEYS, CPU_SECONDS)
 """User attributes of a trial (:mod:`kcal.sweep.search`) the table keeps: how long it trained, and whether its
-regulariser acted (what a pruning replay compares)."""
+regulariser acted (what a pruning replay compares), and its CPU seconds (recorded since 2026-11-27)."""
 METRIC_PREFIXES = ("val/", "test/", "test_recal/", "official/")
 """Keys of a trial's ``metrics.json`` that the table keeps (numbers only)."""
 

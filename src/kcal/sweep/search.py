@@ -101,6 +101,9 @@ CURVE_KEY = "val/nll"
 REG_SHARE_MEDIAN, REG_SHARE_AT_BEST = "reg_share_median", "reg_share_at_best"
 REG_SHARE_KEYS = (REG_SHARE_MEDIAN, REG_SHARE_AT_BEST)
 """The user attributes in which every trial records its regulariser's share of the loss (:func:`reg_share`)."""
+CPU_SECONDS = "cpu_seconds"
+"""The user attribute in which every trial records the CPU seconds its process spent on it (training, evaluation
+and the study's reads and writes): its cost whatever the machine's load (a pruned protocol's time saved)."""
 
 
 def history_column(run_dir: Path, key: str) -> dict[int, float]:
@@ -131,6 +134,7 @@ def run_trial(
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         numbers.append(trial.number)
+        cpu = time.process_time()
         trial.set_user_attr(STARTED, trial.number)
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("pid", os.getpid())
@@ -195,6 +199,7 @@ def run_trial(
         finally:
             if not cfg.sweep.keep_checkpoints:
                 shutil.rmtree(layout.checkpoint_file(out).parent, ignore_errors=True)
+            trial.set_user_attr(CPU_SECONDS, round(time.process_time() - cpu, 3))  # what it cost, whatever the load
         for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
             if key in metrics:
                 trial.set_user_attr(key, metrics[key])
