@@ -77,7 +77,9 @@ PLANNED_RUNS = 5
 CELL_TABLES = ("classification", "classification_tempscaling")
 README_ADVICE = "running it on every core, a GPU or a cluster"
 README_LIMIT = "to compare with the published numbers, use `JOBS=2`"
-"""What the README says where a dataset's verdict is *worse* (tests/publish/test_worker_count.py checks it)."""
+"""What the README says where a dataset's verdict is *worse* and no fix is shown (:func:`readme_must_say`)."""
+README_FIX = "on more than 2 workers, add `sweep.startup_by=started`"
+"""What the README says once a fix of the sampler is shown: all its planned runs in, no dataset *worse*."""
 """What the README advises about workers (tests/publish/test_worker_count.py checks that it still says so); the
 protocol's default ``reproduce.jobs`` is the CPU count."""
 WITHIN, OUTSIDE = "within", "outside"
@@ -414,6 +416,8 @@ def advice(found: list[DatasetComparison]) -> str:
                  "are provisional and the README is unchanged")  # fmt: skip
         text += (f"; if the verdict on {', '.join(worse)} stays *worse* at {PLANNED_RUNS} runs, the README "
                  "states the measured limit." if worse else ".")  # fmt: skip
+    elif worse and shown_fixes(found):
+        text += f"The verdict is *worse* on {', '.join(worse)} with the protocol's sampler."
     elif worse:
         text += (f"The verdict is *worse* on {', '.join(worse)}: the README states the measured limit "
                  f'("{README_LIMIT}") until a fix is shown with the same replicates.')  # fmt: skip
@@ -425,7 +429,28 @@ def advice(found: list[DatasetComparison]) -> str:
         verdicts = ", ".join(f"{c.dataset} {c.verdict}" for c in runs)
         state = "final" if done >= PLANNED_RUNS else f"provisional, {done} of {PLANNED_RUNS} runs in"
         text += f" The fix tried, {setting(label)}: {verdicts} ({state})."
+        if label in shown_fixes(found):
+            text += f' It is shown: the README says "{README_FIX}".'
     return text
+
+
+def shown_fixes(found: list[DatasetComparison]) -> list[str]:
+    """The sampler settings (labels with a setting) whose runs are all in and *worse* on no dataset."""
+    labels = sorted({c.label for c in found if "," in c.label})
+    return [label for label in labels
+            if all(len(c.worker_runs) >= PLANNED_RUNS and c.verdict != V.WORSE for c in found if c.label == label)]  # fmt: skip
+
+
+def readme_must_say(found: list[DatasetComparison]) -> str | None:
+    """What the README has to state about workers given the published verdicts: :data:`README_FIX` once a fix of
+    ``startup_by=started`` is shown, else :data:`README_LIMIT` where the plain runs are *worse* on some dataset
+    with all their runs in, else nothing."""
+    if "jobs=8,startup_by=started" in shown_fixes(found):
+        return README_FIX
+    plain = [c for c in found if "," not in c.label]
+    if any(c.verdict == V.WORSE and len(c.worker_runs) >= PLANNED_RUNS for c in plain):
+        return README_LIMIT
+    return None
 
 
 def summary_block(found: list[DatasetComparison]) -> str:
