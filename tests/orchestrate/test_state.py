@@ -194,3 +194,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         main(["--help"])
     assert exit_.value.code == 0
     assert "kcal state import state outputs/reproduce/full" in capsys.readouterr().out
+
+
+def test_a_journal_above_the_text_limit_travels_gzipped_and_reads_back_the_same(tmp_path, monkeypatch):
+    from kcal.orchestrate import state as S
+
+    root_a, state, root_b = tmp_path / "a", tmp_path / "state", tmp_path / "b"
+    root_a.mkdir()
+    study = optuna.create_study(study_name=STUDY, storage=f"sqlite:///{root_a / 'sweeps.db'}")
+    x = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    for k in range(30):
+        study.add_trial(optuna.create_trial(params={"x": k / 30}, distributions=x, value=float(k),
+                                            intermediate_values={e: k + e / 10 for e in range(20)}))  # fmt: skip
+    monkeypatch.setattr(S, "MAX_TEXT_BYTES", 4096)
+    export_state(root_a, state)
+    assert not (state / "crime" / JOURNAL).exists()
+    packed = state / "crime" / S.JOURNAL_GZ
+    assert 0 < packed.stat().st_size < 4096 and packed.read_bytes()[:2] == b"\x1f\x8b"
+    import_state(state, root_b)
+    moved = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{root_b / 'sweeps.db'}").trials
+    assert [(t.params, t.value, t.intermediate_values) for t in moved] == [
+        (t.params, t.value, t.intermediate_values) for t in study.trials
+    ]
+    assert not any(p.name.startswith("journal") for p in (root_b / "crime").rglob("*"))
