@@ -23,36 +23,38 @@ DATASET = "heart-disease"
 N_TRIALS, N_SEEDS = 3, 2
 
 
-def published(file: str) -> pd.DataFrame:
+def published(file: str, dataset: str = DATASET) -> pd.DataFrame:
     frame = pd.read_csv(data_dir("full") / file)
-    return frame[frame["dataset"] == DATASET].reset_index(drop=True)
+    return frame[frame["dataset"] == dataset].reset_index(drop=True)
 
 
-def sitting(root: Path, started: str, jobs: int | None, seed: int, sweep: dict | None = None) -> None:
+def sitting(
+    root: Path, started: str, jobs: int | None, seed: int, sweep: dict | None = None, dataset: str = DATASET
+) -> None:
     folder = root / "logs" / f"{started}_classification" / ".hydra"
     folder.mkdir(parents=True)
     config = {"task": "classification", "profile_name": "full",
-              "reproduce": {"jobs": jobs, "datasets": [DATASET], "objectives": None},
+              "reproduce": {"jobs": jobs, "datasets": [dataset], "objectives": None},
               "sweep": {"n_trials": N_TRIALS, "sampler_seed": seed, **(sweep or {})},
               "seeds_run": {"n_seeds": N_SEEDS}}  # fmt: skip
     OmegaConf.save(OmegaConf.create(config), folder / "config.yaml")
-    overrides = ["task=classification", "profile=full", f"reproduce.datasets=[{DATASET}]",
+    overrides = ["task=classification", "profile=full", f"reproduce.datasets=[{dataset}]",
                  f"sweep.sampler_seed={seed}", *(f"sweep.{k}={v}" for k, v in (sweep or {}).items()),
                  f"reproduce.jobs={jobs}", f"root={root}"]  # fmt: skip
     OmegaConf.save(OmegaConf.create(overrides), folder / "overrides.yaml")
 
 
 def make_root(root: Path, jobs: int = 8, seed: int = 7, trials: dict | None = None, seeds: dict | None = None,
-              shift: float = 0.0, sweep: dict | None = None) -> Path:  # fmt: skip
-    """A finished protocol run of heart-disease's four objectives (``trials`` / ``seeds``: fewer for some)."""
+              shift: float = 0.0, sweep: dict | None = None, dataset: str = DATASET) -> Path:  # fmt: skip
+    """A finished protocol run of ``dataset``'s four objectives (``trials`` / ``seeds``: fewer for some)."""
     root.mkdir(parents=True)
-    sitting(root, "2026-01-01_00-00-00", jobs, seed, sweep)
+    sitting(root, "2026-01-01_00-00-00", jobs, seed, sweep, dataset)
     url = layout.sqlite_url(root)
     lr = optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)
     for objective in OBJECTIVES:
         n = (trials or {}).get(objective, N_TRIALS)
         if n is not None:
-            study = optuna.create_study(study_name=layout.study_name(DATASET, objective, "paper"), storage=url,
+            study = optuna.create_study(study_name=layout.study_name(dataset, objective, "paper"), storage=url,
                                         direction="maximize")  # fmt: skip
             for i in range(n):
                 trial = optuna.trial.create_trial(
@@ -62,10 +64,10 @@ def make_root(root: Path, jobs: int = 8, seed: int = 7, trials: dict | None = No
                 )
                 study.add_trial(trial)
         for k in range((seeds or {}).get(objective, N_SEEDS)):
-            run = layout.seed_dir(layout.label_dir(root, DATASET, objective), k)
+            run = layout.seed_dir(layout.label_dir(root, dataset, objective), k)
             run.mkdir(parents=True)
             layout.metrics_file(run).write_text("{}")
-    rows = published(layout.RESULTS_FILE)
+    rows = published(layout.RESULTS_FILE, dataset)
     rows.assign(mean=rows["mean"] * (1 + shift)).to_csv(layout.results_file(root), index=False)
     return root
 
@@ -192,6 +194,28 @@ def test_a_fix_of_the_sampler_is_its_own_group_and_the_advice_says_where_it_stan
     shutil.rmtree(data / layout.WORKERS_FOLDER)
     render(report, report)
     assert check(report) == []
+
+
+def test_runs_of_one_variant_and_seed_from_two_roots_are_kept_side_by_side(report, tmp_path):
+    """A pruned protocol's classification and regression runs of one sampler seed come from two roots: the
+    second publication keeps the first one's rows, trials and provenance; publishing a root again replaces its own."""
+    _, data = report_info(report)
+    first = make_root(tmp_path / "cls", jobs=2, sweep={"pruner": "sha_min20"})
+    second = make_root(tmp_path / "other", jobs=2, sweep={"pruner": "sha_min20"}, dataset="breast-cancer")
+    for root in (first, second, first):
+        assert main([str(root), str(report), "--commit", "77fe3c6"]) == 0
+    folder = layout.pruned_data_dir(data, "sha_min20", "sampler_seed=7")
+    for file in (layout.RESULTS_FILE, layout.STUDIES_FILE):
+        rows = pd.read_csv(folder / file)
+        assert sorted(set(rows["dataset"])) == ["breast-cancer", DATASET]
+        assert len(rows) == len(published(file)) + len(published(file, "breast-cancer"))
+    assert {p.name for p in layout.trials_tables(folder)} == {f"{d}__{o}.csv" for d in ("breast-cancer", DATASET)
+                                                                for o in OBJECTIVES}  # fmt: skip
+    info = json.loads((folder / layout.PROVENANCE_FILE).read_text())
+    assert info["datasets"] == ["breast-cancer", DATASET] and info["pruner"] == "sha_min20"
+    assert [r["datasets"] for r in info["roots"]] == [["breast-cancer"], [DATASET]]
+    shutil.rmtree(data / layout.PRUNED_FOLDER)
+    render(report, report)
 
 
 def test_a_pruned_run_is_published_under_its_pruner_apart_from_the_worker_runs(report, tmp_path):

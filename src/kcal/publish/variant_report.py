@@ -150,6 +150,19 @@ def provenance(root: Path, settings: dict, commit: str) -> dict:
     }  # fmt: skip
 
 
+def merged_provenance(earlier: dict | None, new: dict) -> dict:
+    """The provenance of a folder that ``new`` (one root's :func:`provenance`) joins: ``new`` alone where the
+    folder held nothing else, else ``{jobs, sampler_seed, pruner, sampler, datasets, roots}`` with one entry per
+    root (an earlier root whose datasets ``new`` publishes again is dropped)."""
+    roots = [r for r in (earlier.get("roots", [earlier]) if earlier else [])
+             if not set(r["datasets"]) <= set(new["datasets"])]  # fmt: skip
+    if not roots:
+        return new
+    roots.append(new)
+    shared = {k: new[k] for k in ("jobs", "sampler_seed", "pruner", "sampler")}
+    return {**shared, "datasets": sorted({d for r in roots for d in r["datasets"]}), "roots": roots}
+
+
 def replicate_name(settings: dict) -> str:
     """``sampler_seed=<k>``, as the replicates of the published run are named."""
     return f"sampler_seed={settings['sampler_seed']}"
@@ -191,16 +204,33 @@ def publish_variant(root: Path, dest: Path, commit: str, storage: str | None = N
 
     def ran(frame: pd.DataFrame) -> pd.DataFrame:
         keep = [(d, o) in pairs for d, o in zip(frame["dataset"], frame["objective"], strict=True)]
-        return frame[keep].sort_values(["dataset", "objective"], kind="stable", ignore_index=True)
+        return frame[keep]
 
-    ran(pd.read_csv(layout.results_file(root))).to_csv(folder / layout.RESULTS_FILE, index=False)
-    ran(study_rows(root, storage)).to_csv(folder / layout.STUDIES_FILE, index=False)
-    for old in layout.trials_tables(folder):
-        old.unlink()
-    written = write_trials(ran(trial_rows(root, storage)), folder)
-    (folder / layout.PROVENANCE_FILE).write_text(
-        json.dumps(provenance(root, settings, commit), indent=1) + "\n", encoding="utf-8"
+    def merged(new: pd.DataFrame, file: Path) -> pd.DataFrame:
+        """``new`` beside the rows of other (dataset, objective) pairs already in ``file``: the runs of one
+        variant and sampler seed may come from several roots (one per task, say), published one by one."""
+        frames = [ran(new)]
+        if file.is_file():
+            old = pd.read_csv(file)
+            frames.insert(
+                0, old[[(d, o) not in pairs for d, o in zip(old["dataset"], old["objective"], strict=True)]]
+            )
+        out = pd.concat(frames, ignore_index=True)
+        return out.sort_values(["dataset", "objective"], kind="stable", ignore_index=True)
+
+    merged(pd.read_csv(layout.results_file(root)), folder / layout.RESULTS_FILE).to_csv(
+        folder / layout.RESULTS_FILE, index=False
     )
+    merged(study_rows(root, storage), folder / layout.STUDIES_FILE).to_csv(
+        folder / layout.STUDIES_FILE, index=False
+    )
+    for dataset, objective in pairs:
+        layout.trials_table(folder, dataset, objective).unlink(missing_ok=True)
+    written = write_trials(ran(trial_rows(root, storage)), folder)
+    record = folder / layout.PROVENANCE_FILE
+    earlier = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+    record.write_text(json.dumps(merged_provenance(earlier, provenance(root, settings, commit)), indent=1) + "\n",
+                      encoding="utf-8")  # fmt: skip
     render(dest, dest)
     return [
         folder / layout.RESULTS_FILE,
