@@ -196,7 +196,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "kcal state import state outputs/reproduce/full" in capsys.readouterr().out
 
 
-def test_a_journal_above_the_text_limit_travels_gzipped_and_reads_back_the_same(tmp_path, monkeypatch):
+def test_a_journal_above_the_text_limit_travels_in_text_parts_and_reads_back_the_same(tmp_path, monkeypatch):
     from kcal.orchestrate import state as S
 
     root_a, state, root_b = tmp_path / "a", tmp_path / "state", tmp_path / "b"
@@ -208,12 +208,18 @@ def test_a_journal_above_the_text_limit_travels_gzipped_and_reads_back_the_same(
                                             intermediate_values={e: k + e / 10 for e in range(20)}))  # fmt: skip
     monkeypatch.setattr(S, "MAX_TEXT_BYTES", 4096)
     export_state(root_a, state)
-    assert not (state / "crime" / JOURNAL).exists()
-    packed = state / "crime" / S.JOURNAL_GZ
-    assert 0 < packed.stat().st_size < 4096 and packed.read_bytes()[:2] == b"\x1f\x8b"
+    parts = S.journal_parts(state, "crime")
+    assert len(parts) > 2 and parts[0].name == JOURNAL and parts[1].name == "journal-1.log"
+    assert all(p.stat().st_size <= 4096 for p in parts)
+    assert all(p.read_text().endswith("\n") for p in parts)  # cut at line ends: every part is JSON lines
     import_state(state, root_b)
     moved = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{root_b / 'sweeps.db'}").trials
     assert [(t.params, t.value, t.intermediate_values) for t in moved] == [
         (t.params, t.value, t.intermediate_values) for t in study.trials
     ]
     assert not any(p.name.startswith("journal") for p in (root_b / "crime").rglob("*"))
+    export_state(root_a, state)  # a smaller export later leaves no stale part behind
+    monkeypatch.setattr(S, "MAX_TEXT_BYTES", 1 << 20)
+    export_state(root_a, state)
+    assert S.journal_parts(state, "crime") == [state / "crime" / JOURNAL]
+    assert not (state / "crime" / "journal-1.log").exists()

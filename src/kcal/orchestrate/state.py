@@ -8,8 +8,8 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
 
 * ``journal.log``: the dataset's sweep studies (every study named ``<dataset>__...``, as kcal names
   them), copied with :func:`optuna.copy_study` from the root's ``sweeps.db`` into Optuna's
-  ``JournalStorage`` with a ``JournalFileBackend`` (JSON lines); gzipped as ``journal.log.gz`` when it is
-  larger than :data:`MAX_TEXT_BYTES`. The copy keeps every trial as it is
+  ``JournalStorage`` with a ``JournalFileBackend`` (JSON lines); one larger than :data:`MAX_TEXT_BYTES` is
+  cut at line ends into ``journal.log``, ``journal-1.log``, ``journal-2.log``, ... which import joins again. The copy keeps every trial as it is
   (complete, failed, running, waiting; numbers, parameters, values, attributes) and the study's user
   attributes, among them its configuration fingerprint (:mod:`kcal.sweep.fingerprint`);
 * ``<objective>/sweep/best.json``;
@@ -40,7 +40,6 @@ finished trials and seeds are kept, and a run with another configuration is refu
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import shutil
 import sys
@@ -61,11 +60,10 @@ from kcal.data import dataset_names, get_spec
 
 MARKER = "kcal-state.json"
 JOURNAL = "journal.log"
-JOURNAL_GZ = JOURNAL + ".gz"
 MAX_TEXT_BYTES = 1 << 20
-"""A dataset's journal above this size is exported gzipped (``journal.log.gz``), so that every file of a state
-stays under 1 MiB for git (a journal holds every trial's per-epoch curve: heart-disease's four studies reach
-1.4 MB, about 0.1 MB gzipped)."""
+"""A dataset's journal above this size is exported in parts of at most this size (:func:`split_journal`), so that
+every file of a state is small text for git (a journal holds every trial's per-epoch curve: heart-disease's four
+studies reach 1.4 MB)."""
 RERUN_FILES = (
     layout.FINGERPRINT_FILE,
     layout.BEST_TRIAL_FILE,
@@ -125,31 +123,43 @@ def journal(path: Path) -> JournalStorage:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-def gzip_file(path: Path, out: Path) -> None:
-    """``path`` gzipped into ``out`` (no file name or time in its header), and ``path`` removed."""
-    with (
-        open(path, "rb") as src,
-        open(out, "wb") as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as dst,
-    ):
-        shutil.copyfileobj(src, dst)
-    path.unlink()
+def journal_part(k: int) -> str:
+    """The file name of part ``k`` of an exported journal (part 0: ``journal.log``)."""
+    return JOURNAL if k == 0 else f"journal-{k}.log"
 
 
-def dataset_journal(state_dir: Path, ds: str) -> Path | None:
-    """The exported journal of ``ds`` (plain or gzipped), or None."""
-    return next((p for p in (state_dir / ds / JOURNAL, state_dir / ds / JOURNAL_GZ) if p.is_file()), None)
+def split_journal(path: Path, limit: int) -> list[Path]:
+    """Cut the journal ``path`` at line ends into parts of at most ``limit`` bytes (a longer line: a part of its
+    own), ``path`` itself the first; returns the parts."""
+    chunks: list[list[bytes]] = [[]]
+    size = 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        if size + len(line) > limit and chunks[-1]:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(line)
+        size += len(line)
+    parts = [path.with_name(journal_part(k)) for k in range(len(chunks))]
+    for part, chunk in zip(parts, chunks, strict=True):
+        part.write_bytes(b"".join(chunk))
+    return parts
 
 
-def readable_journal(path: Path, tmp: Path, ds: str) -> JournalStorage:
-    """A journal storage on a copy of ``path`` in ``tmp`` (the backend writes lock files beside it), unzipped."""
-    copy = tmp / f"{ds}.log"
-    if path.name == JOURNAL_GZ:
-        with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    else:
-        shutil.copy(path, copy)
-    return journal(copy)
+def journal_parts(state_dir: Path, ds: str) -> list[Path]:
+    """The parts of the exported journal of ``ds``, in order (none: no journal)."""
+    parts = []
+    while (state_dir / ds / journal_part(len(parts))).is_file():
+        parts.append(state_dir / ds / journal_part(len(parts)))
+    return parts
+
+
+def readable_journal(parts: list[Path], tmp: Path, ds: str) -> JournalStorage:
+    """A journal storage on the parts joined into one file in ``tmp`` (the backend writes lock files beside it)."""
+    joined = tmp / f"{ds}.log"
+    with open(joined, "wb") as dst:
+        for part in parts:
+            dst.write(part.read_bytes())
+    return journal(joined)
 
 
 def studies_of(storage, dataset: str) -> list[str]:
@@ -241,7 +251,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
             for lock in staging.glob(f"{JOURNAL}.lock*"):
                 lock.unlink()
             if names and (staging / JOURNAL).stat().st_size > MAX_TEXT_BYTES:
-                gzip_file(staging / JOURNAL, staging / JOURNAL_GZ)
+                split_journal(staging / JOURNAL, MAX_TEXT_BYTES)
             shutil.rmtree(state_dir / ds, ignore_errors=True)
             staging.rename(state_dir / ds)
         finally:
@@ -280,14 +290,14 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
     line per dataset."""
     state_dir, root = Path(state_dir), Path(root)
     datasets = list(read_marker(state_dir).get("datasets", ()))
-    journals = {ds: path for ds in datasets if (path := dataset_journal(state_dir, ds)) is not None}
+    journals = {ds: parts for ds in datasets if (parts := journal_parts(state_dir, ds))}
     taken = [f"{root / ds}/" for ds in datasets if (root / ds).exists()]
     storage = root_storage(root) if journals or layout.storage_file(root).is_file() else None
     existing = set(optuna.get_all_study_names(storage)) if storage else set()
     with tempfile.TemporaryDirectory() as tmp:  # read copies: the journal backend writes lock files
         sources = {}
-        for ds, path in journals.items():
-            sources[ds] = readable_journal(path, Path(tmp), ds)
+        for ds, parts in journals.items():
+            sources[ds] = readable_journal(parts, Path(tmp), ds)
         taken += [f"study {n}" for ds in sources for n in studies_of(sources[ds], ds) if n in existing]
         if taken:
             raise ConfigError(f"{root} already holds {', '.join(taken)}; import into a new root "
@@ -302,7 +312,7 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
             n_seeds = 0
             for path in sorted((state_dir / ds).rglob("*")):
                 rel = path.relative_to(state_dir / ds)
-                if path.is_file() and rel not in (Path(JOURNAL), Path(JOURNAL_GZ)):
+                if path.is_file() and path not in journals.get(ds, ()):
                     (root / ds / rel).parent.mkdir(parents=True, exist_ok=True)
                     if rel.name == PREDICTIONS_TEXT:
                         predictions_from_text(path, root / ds / rel.with_name(PREDICTIONS))
