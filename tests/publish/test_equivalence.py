@@ -94,3 +94,22 @@ def test_run_scores_orient_higher_is_better_metrics():
     acc_down = base.assign(mean=np.where(base["metric"] == "acc", base["mean"] - 0.5, base["mean"]))
     scores = E.run_scores(full, {"c": acc_down})
     assert scores.loc[scores.group == "candidate", "score"].iloc[0] > 0  # lower accuracy counts as worse
+
+
+def test_cells_equal_to_rounding_count_as_no_spread():
+    """breast-cancer's accuracy is 1.0 on every run, up to float rounding (SD ~1e-16): count 1 leaves such a cell
+    out as it leaves out an SD of 0, instead of dividing by the rounding, and count 2 does not call it differing."""
+    below = np.nextafter(1.0, 0.0)  # 1 - 1.1e-16: a 50-seed mean of 1.0 summed in another order
+    base = _base()
+    acc = (base["metric"] == "acc").to_numpy()
+    full = {name: r.assign(mean=np.where(acc, [1.0, below, 1.0, below][k], r["mean"]))
+            for k, (name, r) in enumerate(_runs(base, 4, 1).items())}  # fmt: skip
+    # a candidate run one validation row off on those cells: no SD of the full runs to measure that in
+    cand = {name: r.assign(mean=np.where(acc, 0.98, r["mean"])) for name, r in _runs(base, 3, 2).items()}
+    scores = E.run_scores(full, cand)
+    assert np.isfinite(scores["score"]).all() and scores["score"].abs().max() < 10
+    assert not E.welch_differs(np.array([1.0, below, 1.0]), np.array([below, below, 1.0]))
+    assert E.welch_differs(
+        np.array([1.0, 1.0, 1.0]), np.array([0.99, 0.99, 0.99])
+    )  # no spread, a real difference
+    assert E.welch_differs(np.array([0.5, 0.5]), np.array([0.5 + 1e-6, 0.5 + 1e-6]))  # beyond rounding
