@@ -44,9 +44,8 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.publish import equivalence as E
-from kcal.publish.protocol_spread import PUBLISHED
-from kcal.publish.table_cells import load_results
-from kcal.publish.trials import read_curve, read_trials
+from kcal.publish.trials import read_curve
+from kcal.publish.worker_count import Runs, read_runs, reference_folders
 from kcal.sweep.search import CPU_SECONDS
 
 PLANNED_RUNS = {"heart-disease": 5, "breast-cancer": 5, "crime": 3}
@@ -54,35 +53,20 @@ PLANNED_RUNS = {"heart-disease": 5, "breast-cancer": 5, "crime": 3}
 NONE_YET = "(no pruned protocol run published yet: `kcal variant-report <root> <report> --commit <sha>`)"
 
 
-@dataclass
-class Folders:
-    results: dict[str, pd.DataFrame]
-    studies: dict[str, pd.DataFrame]
-    trials: dict[str, pd.DataFrame]
-
-
-def read(folders: Mapping[str, Path], datasets: set[str] | None = None) -> Folders:
-    """Each run's ``results.csv``, ``studies.csv`` and trials, by name, restricted to ``datasets`` (None: all)."""
-    out = Folders({}, {}, {})
-    for name, folder in folders.items():
-        results = load_results(layout.results_file(folder))
-        studies_file = Path(folder) / layout.STUDIES_FILE
-        studies = pd.read_csv(studies_file) if studies_file.is_file() else pd.DataFrame(columns=["dataset"])
-        trials = read_trials(folder)
-        if datasets is not None:
-            results = results[results["dataset"].isin(datasets)]
-            studies = studies[studies["dataset"].isin(datasets)]
-            trials = trials[trials["dataset"].isin(datasets)] if "dataset" in trials.columns else trials
+def read(folders: Mapping[str, Path], datasets: set[str] | None = None) -> Runs:
+    """Each run's results, studies and trials (:func:`kcal.publish.worker_count.read_runs`), restricted to
+    ``datasets`` (None: all); a run without rows of them is left out."""
+    runs = read_runs(folders)
+    if datasets is None:
+        return runs
+    out = Runs({}, {}, {})
+    for name, results in runs.results.items():
+        results = results[results["dataset"].isin(datasets)].reset_index(drop=True)
         if len(results):
-            out.results[name] = results.reset_index(drop=True)
-            out.studies[name] = studies.reset_index(drop=True)
-            out.trials[name] = trials
+            out.results[name] = results
+            for part, frame in ((out.studies, runs.studies[name]), (out.trials, runs.trials[name])):
+                part[name] = frame[frame["dataset"].isin(datasets)].reset_index(drop=True)
     return out
-
-
-def full_folders(data: Path) -> dict[str, Path]:
-    """The full protocol's runs: the published run and its replicates."""
-    return {PUBLISHED: Path(data), **layout.replicate_data_dirs(data)}
 
 
 BUDGET_STATES = ("complete", "pruned")
@@ -121,7 +105,7 @@ def _median(values) -> float:
     return float(np.median(values)) if values else np.nan
 
 
-def time_rows(full: Folders, pruned: Folders, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def time_rows(full: Runs, pruned: Runs, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Per dataset of the pruned runs: the median sweep CPU hours and epochs of the full runs (``curves``: the
     trials of every full-protocol run, by name) and of the pruned runs, and the median trial hours of each; with
     the share saved (1 - pruned / full) of each."""
@@ -177,7 +161,7 @@ def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> Prun
     """The verdict, the time saved and the projection of one pruner's runs (``folders``: by run name)."""
     pruned = read(folders)
     datasets = {d for r in pruned.results.values() for d in r["dataset"]}
-    full = read(full_folders(data), datasets)
+    full = read(reference_folders(data), datasets)
     judgement = E.judge(full.results, pruned.results, full.studies, pruned.studies)
     runs = {
         d: sorted(n for n, r in pruned.results.items() if d in set(r["dataset"])) for d in sorted(datasets)
