@@ -174,6 +174,7 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
     assert count_problems(root, "heart-disease", "xe", 6, 3) == []  # every trial and seed once
 
 
+@needs("heart-disease")  # the study's fingerprint hashes its raw file
 def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
     """Workers that die before any task finishes (here: killed as soon as they start, so pebble stops its pool
     each time; out of memory on every task, or killed faster than a trial takes, alike): a new pool takes
@@ -188,7 +189,7 @@ def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
         kill_workers(stop := threading.Event(), times=None)
         with pytest.raises(
             IncompleteError,
-            match=r"3 worker processes died in a row \(2 per worker of 1\) with no task finished",
+            match=r"3 tasks lost in a row \(2 per worker of 1\) with no task finished",
         ) as err:
             workers.run_pool([stage], 1, protocol_progress([stage], 1), poll_s=0.5, max_deaths=2)
     finally:
@@ -319,3 +320,80 @@ def kill_workers(stop: threading.Event, times: int | None) -> None:
             time.sleep(0.05)
 
     threading.Thread(target=kill, daemon=True).start()
+
+
+@pytest.mark.slow
+@needs("heart-disease")
+def test_a_worker_paused_past_the_grace_period_loses_only_its_trial(tmp_path):
+    """A worker starved of CPU (here: SIGSTOP) while it trains: its heartbeat stops, the parent fails its trial
+    as stale and re-queues it, another worker trains the retry. When the paused worker wakes, Optuna refuses its
+    tell ("Cannot tell a FAIL trial"): that costs its task, not the run (exit 0, every trial and seed once, one
+    line saying so)."""
+    import optuna
+
+    from kcal.orchestrate.soak import count_problems, pool_workers, study_of
+
+    root, err = tmp_path / "root", tmp_path / "stderr.log"
+    with err.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "kcal", "reproduce", *DEAD_WORKER_RUN, f"root={root}"],
+                                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # fmt: skip
+    victim = None
+    try:
+
+        def training() -> tuple[int, int] | None:
+            """(pid, trial number) of a worker in the middle of a trial."""
+            try:
+                trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
+            except Exception:  # noqa: BLE001 - storage or study not created yet, or busy
+                return None
+            workers = set(pool_workers(proc.pid))
+            return next(((t.user_attrs["pid"], t.number) for t in trials
+                         if t.state == optuna.trial.TrialState.RUNNING and "run_dir" in t.user_attrs
+                         and t.user_attrs.get("pid") in workers), None)  # fmt: skip
+
+        victim, number = wait_for(training, 300, "a worker training a trial")
+        os.kill(victim, signal.SIGSTOP)
+
+        def failed_as_stale() -> bool:
+            trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
+            return trials[number].state == optuna.trial.TrialState.FAIL
+
+        wait_for(failed_as_stale, 120, f"trial #{number} failed as stale", poll_s=0.5)
+        os.kill(victim, signal.SIGCONT)
+        assert proc.wait(timeout=600) == 0, err.read_text()[-3000:]
+    finally:
+        if victim is not None and alive(victim):
+            os.kill(victim, signal.SIGCONT)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = err.read_text()
+    lost = [ln for ln in log.splitlines() if ln.startswith("a task was lost:")]
+    assert (
+        len(lost) == 1 and f"[heart-disease/xe] trial #{number} was failed by another process" in lost[0]
+    ), log[-3000:]
+    assert "a new worker took its place" not in log and "Traceback" not in log, log[-3000:]
+    assert count_problems(root, "heart-disease", "xe", 6, 3) == []  # every trial and seed once
+
+
+def test_a_busy_study_storage_costs_the_task_in_one_line(monkeypatch, tmp_path):
+    """A worker whose study storage stays locked past SQLite's busy timeout raises TaskLost (the pool counts it
+    like a dead worker's task), not Optuna's StorageInternalError (which ended the whole reproduction)."""
+    import optuna
+    from omegaconf import OmegaConf
+
+    from kcal.core.errors import TaskLost
+    from kcal.orchestrate import workers
+
+    def locked(*args, **kwargs):
+        raise optuna.exceptions.StorageInternalError(
+            "An exception is raised during the commit.\n(sqlite3) database is locked"
+        )
+
+    monkeypatch.setattr(workers, "open_study", locked)
+    cfg = heart_disease_stage(tmp_path).cfg
+    with pytest.raises(
+        TaskLost,
+        match=r"^\[heart-disease/xe\] the study storage failed \(An exception is raised during the commit\.\); ",
+    ) as exc:
+        workers.trial_task(OmegaConf.to_container(cfg, resolve=True), 0)
+    assert "\n" not in str(exc.value)

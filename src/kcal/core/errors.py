@@ -34,6 +34,12 @@ class IncompleteError(RuntimeError):
     """A run finished without producing all that it was asked for."""
 
 
+class TaskLost(RuntimeError):
+    """A worker's task that cannot finish through no fault of its own: its trial was failed as stale by another
+    process while it trained (a starved or paused worker), or the study storage stayed busy past its timeout.
+    A reproduction's pool counts it like a dead worker's task and goes on (:mod:`kcal.orchestrate.workers`)."""
+
+
 def mistyped_overrides(cfg) -> list[str]:
     """Command-line overrides ``key=value`` whose value is text where the config holds a number or a
     boolean, e.g. ``objective.weight=abc``; one message per override. Empty outside a Hydra app."""

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from pebble import ProcessExpired
 
 from kcal.core import layout
-from kcal.core.errors import IncompleteError
+from kcal.core.errors import IncompleteError, TaskLost
 from kcal.core.progress import Progress
 from kcal.orchestrate.costs import Prediction, predict
 from kcal.reruns.seeds import chunk_line, chunks, seed_dirs, seed_plan, summarize, train_seeds
@@ -144,9 +144,18 @@ def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = OmegaConf.create(cfg_container)
     cfg.sweep.worker = worker
-    study = open_study(cfg, storage=worker_storage(cfg))
-    cpu = time.process_time()
-    trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg))
+    where = f"[{cfg.dataset.name}/{cfg.objective.name}]"
+    try:
+        study = open_study(cfg, storage=worker_storage(cfg))
+        cpu = time.process_time()
+        trial = run_trial(cfg, study, search_space(cfg), sweep_dir(cfg))
+    except TaskLost as exc:
+        raise TaskLost(f"{where} {exc}") from None
+    # e.g. SQLite's "database is locked" past its busy timeout
+    except optuna.exceptions.StorageInternalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TaskLost(f"{where} the study storage failed ({first[:160]}); a trial it had begun goes stale and "
+                       "is retried") from None  # fmt: skip
     cpu = time.process_time() - cpu
     counts = (
         trial.state == optuna.trial.TrialState.COMPLETE or trial.user_attrs.get(STATUS) in COUNTED_FAILURES
@@ -221,7 +230,9 @@ def run_pool(
     elsewhere is replaced once there is work for it). After ``max_deaths * jobs`` deaths in a row that cost a task (its
     worker's, or the queued ones of a stopped pool) with no task finished in between, the next one ends it with
     an :class:`~kcal.core.errors.IncompleteError` (one line, exit 2 from a command); what finished is kept and a
-    rerun resumes."""
+    rerun resumes. A task lost through no fault of its own (:class:`~kcal.core.errors.TaskLost`: a starved
+    worker's trial failed as stale and retried by another process, or a worker's study storage busy past its
+    timeout) and a failed read of the studies here count the same way and cost only that task or that poll."""
     studies = {s.study_key: s.cfg for s in stages if s.sweeps}
     owners = {s.study_key: s for s in stages if s.sweeps}
     opened = {key: open_checked_study(cfg) for key, cfg in studies.items()}  # creates (or checks) every study
@@ -266,9 +277,10 @@ def run_pool(
         for key in studies:
             if key in swept or in_flight[key] or not study_complete(key):
                 continue
-            swept.add(key)
+            # the storage first: a read that fails leaves the key to retry
             if best_value(opened[key]) is not None:
                 write_best(opened[key], sweep_dir(studies[key]))
+            swept.add(key)
             for st in stages:
                 if st.study_key != key:
                     continue
@@ -353,19 +365,30 @@ def run_pool(
             chunk_done(what)
         return len(group) - len(left), len(left)
 
-    def death() -> str:
-        """Count a worker death; the note for its line, or the error when too many came in a row."""
-        deaths["all"] += 1
+    def death(what: str = "death") -> str:
+        """Count a setback (``what``: a worker's death, a task lost, a failed read of the studies); the note for
+        its line, or the error when too many came in a row with no task finished."""
+        deaths[what] += 1
         deaths["in_a_row"] += 1
         if deaths["in_a_row"] > max_deaths * jobs:
             raise IncompleteError(
-                f"{deaths['in_a_row']} worker processes died in a row ({max_deaths} per worker of {jobs}) with no "
-                "task finished in between (a worker that dies on every task, e.g. out of memory, or workers "
-                "killed faster than their tasks finish); what finished is kept: rerun the same command to resume "
-                "(fewer reproduce.jobs if memory is short)"
+                f"{deaths['in_a_row']} tasks lost in a row ({max_deaths} per worker of {jobs}) with no task "
+                "finished in between: worker processes that died (e.g. out of memory on every task, or killed "
+                "faster than their tasks finish) or a study storage that keeps failing; what finished is kept: "
+                "rerun the same command to resume (fewer reproduce.jobs if memory is short)"
             )
         in_a_row = deaths["in_a_row"]
-        return f"death {deaths['all']}" + (f", {in_a_row} in a row with no task finished" * (in_a_row > 1))
+        return f"{what} {deaths[what]}" + (f", {in_a_row} in a row with no task finished" * (in_a_row > 1))
+
+    def lost(task: tuple, exc: TaskLost) -> None:
+        """``task`` could not finish through no fault of its own (:class:`~kcal.core.errors.TaskLost`): its
+        slot is free again and the others go on."""
+        queue_again(task)
+        print(
+            f"a task was lost: {exc}; the other workers go on ({death('lost task')})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def died(task: tuple, exc: ProcessExpired) -> None:
         """The worker that ran ``task`` died; pebble has started another in its place."""
@@ -391,6 +414,8 @@ def run_pool(
         exc = fut.exception()
         if isinstance(exc, ProcessExpired):
             return died(task, exc)
+        if isinstance(exc, TaskLost):
+            return lost(task, exc)
         if isinstance(exc, BrokenProcessPool):  # queued when pebble stopped its pool: it never ran
             queue_again(task)
             deaths["unrun"] += 1
@@ -445,13 +470,23 @@ def run_pool(
     pool = new_pool()
     try:
         while True:
-            release_seeds()
-            if not pool.active and (futures or seed_queue or next_trial() is not None):
-                pool = restart(pool)  # only when there is work for it: no new workers to wait with
-            if pool.active:
-                fill(pool)
-                if not pool.active:  # pebble stopped it while the tasks went in
-                    continue
+            try:
+                release_seeds()
+                if not pool.active and (futures or seed_queue or next_trial() is not None):
+                    pool = restart(pool)  # only when there is work for it: no new workers to wait with
+                stopped = False
+                if pool.active:
+                    fill(pool)
+                    stopped = not pool.active  # pebble stopped it while the tasks went in
+            # e.g. "database is locked" past its busy timeout: this poll is lost, not the run
+            except optuna.exceptions.StorageInternalError as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+                print(f"reading the studies failed ({first}); read again in {poll_s:g} s ({death('storage')})",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                time.sleep(poll_s)
+                continue
+            if stopped:
+                continue
             if not futures:
                 if len(swept) == len(studies):
                     pool.close()

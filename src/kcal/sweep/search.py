@@ -60,7 +60,13 @@ from optuna.trial import TrialState
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, IncompleteError, exits_on_config_error, exits_on_unknown_choice
+from kcal.core.errors import (
+    ConfigError,
+    IncompleteError,
+    TaskLost,
+    exits_on_config_error,
+    exits_on_unknown_choice,
+)
 from kcal.core.progress import Progress, cpu_note
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
@@ -212,9 +218,23 @@ def run_trial(
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is reported by the progress line
     try:
         study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+    except (ValueError, optuna.exceptions.UpdateFinishedTrialError) as exc:
+        if not taken_over(exc):
+            raise
+        raise TaskLost(f"trial #{numbers[-1]} was failed by another process while this worker trained it (no "
+                       "heartbeat for sweep.grace_period: a starved or paused worker); its retry trains it "
+                       "again") from None  # fmt: skip
     finally:
         optuna.logging.set_verbosity(verbosity)
     return next(t for t in study.get_trials(deepcopy=False) if t.number == numbers[-1])
+
+
+def taken_over(exc: Exception) -> bool:
+    """Whether ``exc`` is Optuna refusing to update a trial that is already finished: another process failed it
+    as stale (``kcal.sweep.studies.fail_stale``) while its worker still trained it, and re-queued it."""
+    if isinstance(exc, optuna.exceptions.UpdateFinishedTrialError):
+        return True
+    return isinstance(exc, ValueError) and str(exc).startswith("Cannot tell a ")
 
 
 def metrics_task(cfg: DictConfig) -> str:
