@@ -138,3 +138,22 @@ def test_cpu_hours_come_first_where_both_sides_recorded_them(data):
     )
     assert P.saved_shares(c.times) == {DATASET: pytest.approx(0.5)}  # not the epochs' 60 %
     assert "| heart-disease | 2.00 h / 1.00 h / 50 % | 80 / 32 / 60 % |" in P.pruned_blocks(data)["pruned"]
+
+
+def test_a_worker_count_runs_epochs_count_but_not_its_cpu_seconds(data):
+    """CPU seconds depend on the machine and on how many processes share its cores: the full side's CPU hours come
+    from the full runs (1-2 workers) alone. A worker-count run (here 8 workers, with cheap CPU seconds, as on a
+    faster machine) adds its epochs to the full side and leaves the CPU comparison out when no full run recorded
+    CPU seconds; the share is then of epochs."""
+    write_run(
+        layout.workers_data_dir(data, 8, "sampler_seed=3"), 1.0, hours=1.0, span_h=2.0, epochs=10, cpu=100.0
+    )
+    for name in ("sampler_seed=1", "sampler_seed=2"):
+        write_run(
+            layout.pruned_data_dir(data, "sha_min20", name), 1.0, hours=0.5, span_h=1.5, epochs=4, cpu=450.0
+        )
+    (c,) = P.comparisons(data)
+    (t,) = c.times.itertuples()
+    assert math.isnan(t.cpu_hours_full) and math.isnan(t.cpu_saved)  # not 1 - 1.0 h / 0.22 h < 0
+    assert (t.epochs_full, t.epochs_pruned) == (80, 32)
+    assert P.saved_shares(c.times) == {DATASET: pytest.approx(0.6)}

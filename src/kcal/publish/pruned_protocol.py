@@ -21,8 +21,11 @@ the full protocol stays the reference.
 * the sweeps' *trial hours* (``studies.csv``'s ``trial_hours``: the wall time of every trial of the budget,
   summed): a wall time, so only as comparable as the machines' loads were.
 
-The full protocol's CPU hours and epochs come from its runs that recorded them: those of the full runs that did,
-and the worker-count runs (the full protocol on N workers; a trial costs about the same on any worker count).
+The full protocol's epochs come from every run that kept its curves: the full runs that did and the
+worker-count runs (the full protocol on N workers; an epoch is an epoch on any machine and worker count). Its CPU
+hours come from the full runs alone (1-2 workers, like the pruned runs): a trial's CPU seconds depend on the
+machine's cores and on how many processes share them (8 workers on 2 cores contend for caches), and a
+worker-count run may have run on another machine in part (``w8fix-s3`` did, on a lent 16-core one).
 The *share saved* of a dataset is that of CPU hours where both sides recorded them, else of epochs, else of
 trial hours.
 
@@ -106,12 +109,12 @@ def _median(values) -> float:
 
 
 def time_rows(full: Runs, pruned: Runs, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Per dataset of the pruned runs: the median sweep CPU hours and epochs of the full runs (``curves``: the
-    trials of every full-protocol run, by name) and of the pruned runs, and the median trial hours of each; with
-    the share saved (1 - pruned / full) of each."""
+    """Per dataset of the pruned runs: the median sweep CPU hours of the full runs (``full``'s trials), their
+    median sweep epochs (``curves``: the trials of every full-protocol run, by name), the same of the pruned runs,
+    and the median trial hours of each; with the share saved (1 - pruned / full) of each."""
     rows = []
     for ds in sorted({d for s in pruned.studies.values() for d in s["dataset"]}):
-        cf = _median(sweep_cpu_hours(t, ds) for t in curves.values())
+        cf = _median(sweep_cpu_hours(t, ds) for t in full.trials.values())
         cp = _median(sweep_cpu_hours(t, ds) for t in pruned.trials.values())
         ef = _median(sweep_epochs(t, ds) for t in curves.values())
         ep = _median(sweep_epochs(t, ds) for t in pruned.trials.values())
