@@ -216,3 +216,42 @@ def test_the_worse_cells_are_traced_to_the_selected_configurations_they_come_fro
 def test_a_fix_of_the_sampler_is_named_by_its_setting():
     assert setting("jobs=8") == "8 workers"
     assert setting("jobs=16,startup_by=started") == "16 workers with startup_by=started"
+
+
+def test_the_cell_rule_on_the_reference_runs_themselves(heart):
+    """Rule 4: each reference run against the others. Four runs within 1 % of each other flag none; one run with
+    every ECE tripled is worse on its ECE cells and counts as one flagged run (its cells then widen the others'
+    intervals, so they are not flagged)."""
+    from kcal.publish.worker_count import flagged_runs, reference_null
+
+    close = _runs(
+        heart, {PUBLISHED: 0.0, "sampler_seed=1": 0.01, "sampler_seed=2": -0.01, "sampler_seed=3": 0.005}
+    )
+    n, worse, better, flagged = reference_null(close)
+    assert (n, worse, better, flagged) == (4 * 64, 0, 0, 0)
+    far = dict(
+        close,
+        **{
+            "sampler_seed=3": heart.assign(
+                mean=heart["mean"].where(heart["metric"] != "ece", heart["mean"] * 3)
+            )
+        },
+    )
+    n, worse, better, flagged = reference_null(far)
+    assert n == 4 * 64 and flagged == 1 and worse == 16  # its 16 ECE cells: 2 tables x 4 rows x 2 flavours
+    assert reference_null(dict(list(close.items())[:2])) == (0, 0, 0, 0)  # an interval needs 2 other runs
+    cells = cell_checks(close, {"a": far["sampler_seed=3"], "b": heart})
+    assert flagged_runs(cells) == 1
+
+
+def test_the_summary_sets_the_worker_runs_flags_beside_the_reference_runs(heart):
+    from kcal.publish.worker_count import summary_line
+
+    studies = pd.read_csv(data_dir("full") / "studies.csv")
+    ref_results = _runs(heart, {PUBLISHED: 0.0, "sampler_seed=1": 0.01, "sampler_seed=2": -0.01})
+    empty = pd.DataFrame(columns=KEY_COLUMNS)
+    ref = Runs(ref_results, {n: studies for n in ref_results}, {n: empty for n in ref_results})
+    wrk = Runs({"w": heart}, {"w": studies}, {"w": empty})
+    line = summary_line(compare_dataset(ref, wrk, "heart-disease", "jobs=8"))
+    assert ("runs with more worse cells than chance allows one run: 0 of 1 at 8 workers, 0 of 3 at 1-2 workers "
+            "(the same rule on each against the other 2: 0 worse, 0 better of 192)") in line  # fmt: skip

@@ -33,7 +33,14 @@ R - 1 degrees of freedom) and the three outcomes of :mod:`kcal.publish.verdicts`
    agreement is compared with the reference runs' agreements as in rule 1 (higher is better): *worse* means the
    worker runs agree with the reference runs less often than those agree among themselves
    (:func:`agreement_check`).
-4. **The trials' distribution** (reported beside the verdict, not in it): per study, the mean selection score
+4. **The rule of 2 on the reference runs themselves** (reported beside the verdict, not in it; added once the
+   first worker runs were in, so it cannot change a verdict): each reference run in turn takes the worker
+   run's place against the other R - 1 (:func:`reference_null`). Its counts show how often a run of the
+   protocol on 1 or 2 workers falls outside the interval: the cells of one selected configuration move
+   together, so chance's binomial bound is a guide only. Compare its runs over one run's bound with the worker
+   runs' (:func:`flagged_runs`); its intervals come from R - 1 runs (wider), so it flags a little less often
+   than the worker runs' R-run intervals would.
+5. **The trials' distribution** (reported beside the verdict, not in it): per study, the mean selection score
    of its complete trials, and the share of its complete trials *near the best*: with a score at least
    ``bar - MARGIN``, where ``bar`` is the median of the reference runs' best scores of that (dataset, objective)
    (one bar for every run, so the shares compare) and MARGIN = 0.02, two points of validation accuracy
@@ -71,7 +78,7 @@ from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, load_results,
 from kcal.publish.trials import read_trials
 
 MARGIN = 0.02
-"""How far below the reference runs' median best score a trial still counts as near the best (rule 4)."""
+"""How far below the reference runs' median best score a trial still counts as near the best (rule 5)."""
 PLANNED_RUNS = 5
 """Worker runs per dataset that issue 43 asks for; the verdict is provisional below this."""
 CELL_TABLES = ("classification", "classification_tempscaling")
@@ -168,6 +175,28 @@ def cell_checks(reference: dict[str, pd.DataFrame], workers: dict[str, pd.DataFr
     return pd.DataFrame(rows, columns=columns)
 
 
+def reference_null(reference: dict[str, pd.DataFrame]) -> tuple[int, int, int, int]:
+    """Rule 4: rule 2 with each reference run (``{name: results}`` of one dataset) in the worker run's place
+    against the others; ``(cells, worse, better, runs with more worse cells than chance allows one run)``. Needs
+    3 reference runs (an interval from at least 2); else zeros."""
+    if len(reference) < 3:
+        return 0, 0, 0, 0
+    n = worse = better = flagged = 0
+    for name, results in reference.items():
+        cells = cell_checks({k: v for k, v in reference.items() if k != name}, {name: results})
+        w = int((cells["outcome"] == V.WORSE).sum())
+        n, worse = n + len(cells), worse + w
+        better += int((cells["outcome"] == V.BETTER).sum())
+        flagged += w > side_bound(len(cells))
+    return n, worse, better, flagged
+
+
+def flagged_runs(cells: pd.DataFrame) -> int:
+    """How many runs of rule 2's ``cells`` have more worse cells than chance allows one run."""
+    per_run = cells.groupby("run")["outcome"]
+    return int(sum((g == V.WORSE).sum() > side_bound(len(g)) for _, g in per_run))
+
+
 def side_bound(n: int) -> int:
     """The most cells of n that chance alone puts outside the interval on one side: the 95 % upper end of
     Binomial(n, ALPHA / 2)."""
@@ -207,7 +236,7 @@ def agreement_check(reference: Sequence[dict], workers: Sequence[dict]) -> Compa
 
 
 def trials_summary(trials: pd.DataFrame, bar: float) -> tuple[float, float, int]:
-    """Rule 4 on one study's trials (a trials table's rows): ``(mean selection score, share with a score at least
+    """Rule 5 on one study's trials (a trials table's rows): ``(mean selection score, share with a score at least
     bar - MARGIN, complete trials)`` over its complete trials with a score."""
     done = trials[(trials["state"] == "complete") & trials["value"].notna()]["value"].astype(float)
     if done.empty:
@@ -300,6 +329,7 @@ class DatasetComparison:
     claims: Comparison | None
     claim_table: list[tuple[str, str, list[str], list[str]]]  # (claim, flavour, reference outcomes, workers')
     verdict: str
+    null: tuple[int, int, int, int] = (0, 0, 0, 0)  # reference_null: (cells, worse, better, runs flagged)
 
 
 def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetComparison:
@@ -322,7 +352,8 @@ def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetCo
     if len(rnames) >= 2:
         verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
                                   claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
-    return DatasetComparison(dataset, label, wnames, rnames, objectives, cells, claims, table, verdict)
+    return DatasetComparison(dataset, label, wnames, rnames, objectives, cells, claims, table, verdict,
+                             reference_null(only))  # fmt: skip
 
 
 def comparisons(data: Path) -> list[DatasetComparison]:
@@ -381,6 +412,17 @@ def selections(cells: pd.DataFrame, outcome: str) -> str:
     return f"{len(hit)} of the {total} selected configurations" + (f" ({parts})" if parts else "")
 
 
+def null_text(c: DatasetComparison) -> str:
+    """Rule 4 in words, beside the worker runs' own count of runs over one run's bound."""
+    n, worse, better, flagged = c.null
+    if not n:
+        return ""
+    r = len(c.reference_runs)
+    return (f"runs with more worse cells than chance allows one run: {flagged_runs(c.cells)} of "
+            f"{len(c.worker_runs)} at {setting(c.label)}, {flagged} of {r} at 1-2 workers (the same rule on each "
+            f"against the other {r - 1}: {worse} worse, {better} better of {n})")  # fmt: skip
+
+
 def summary_line(c: DatasetComparison) -> str:
     """One dataset's verdict in a line, with what it rests on."""
     within = sum(o["best"].outcome == V.INDISTINGUISHABLE for o in c.objectives)
@@ -397,7 +439,7 @@ def summary_line(c: DatasetComparison) -> str:
     return (f"**{c.dataset} at {setting(c.label)}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
             f"1-2 worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction "
             f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side), the worse "
-            f"from {selections(c.cells, V.WORSE)}; {claims}. "
+            f"from {selections(c.cells, V.WORSE)}{'; ' * bool(null_text(c))}{null_text(c)}; {claims}. "
             f"Trials: mean validation score "
             f"lower than the 1-2 worker runs' mean on {lower} of {len(trials)} objectives, worse beyond the "
             f"interval on {trials_worse}.")  # fmt: skip
@@ -423,6 +465,15 @@ def advice(found: list[DatasetComparison]) -> str:
                  f'("{README_LIMIT}") until a fix is shown with the same replicates.')  # fmt: skip
     elif plain:
         text += "No dataset is *worse*: the advice stands."
+    for c in plain:
+        if (
+            c.verdict == V.WORSE
+            and c.null[0]
+            and flagged_runs(c.cells) / len(c.worker_runs) <= c.null[3] / len(c.reference_runs)
+        ):
+            text += (f" On {c.dataset} the cell rule flags the 1-2 worker runs themselves as often ({c.null[3]} of "
+                     f"{len(c.reference_runs)} runs, each against the others) as the runs at {setting(c.label)} "
+                     f"({flagged_runs(c.cells)} of {len(c.worker_runs)}).")  # fmt: skip
     for label in sorted({c.label for c in fixes}):
         runs = [c for c in fixes if c.label == label]
         done = min(len(c.worker_runs) for c in runs)
@@ -493,7 +544,7 @@ def details_block(found: list[DatasetComparison]) -> str:
         out += ["", f"**{c.dataset}, {setting(c.label)}: {c.verdict}** ({_runs_in(c)}).", "",
                 f"- Test cells (Tables 4 and 5, both flavours) outside the prediction interval of the "
                 f"{len(c.reference_runs)} reference runs: {worse} worse, {better} better of {n} (chance alone: at "
-                f"most {side_bound(n)} each side)."]  # fmt: skip
+                f"most {side_bound(n)} each side)" + (f"; {null_text(c)}." if null_text(c) else ".")]  # fmt: skip
         beyond = c.cells[c.cells["verdict"] == OUTSIDE]
         for r in beyond.to_dict("records"):
             out.append(f"  - {r['run']}: {r['flavour']} Table {TABLES[r['table']].number} {r['row']} {r['metric']} "
