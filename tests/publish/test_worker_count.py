@@ -255,3 +255,36 @@ def test_the_summary_sets_the_worker_runs_flags_beside_the_reference_runs(heart)
     line = summary_line(compare_dataset(ref, wrk, "heart-disease", "jobs=8"))
     assert ("runs with more worse cells than chance allows one run: 0 of 1 at 8 workers, 0 of 3 at 1-2 workers "
             "(the same rule on each against the other 2: 0 worse, 0 better of 192)") in line  # fmt: skip
+
+
+def test_the_selected_learning_rates_are_set_side_by_side_with_those_of_the_worse_cells(heart):
+    """A lead, not a rule: the selected configurations' learning rates of both sides, and those of the selections
+    whose cells came out worse (here: the worker run's XE, with every ECE tripled)."""
+    import json
+
+    from kcal.publish.worker_count import learning_rates, lr_text
+
+    studies = pd.read_csv(data_dir("full") / "studies.csv")
+
+    def with_lr(lr: float) -> pd.DataFrame:
+        return studies.assign(best_params=json.dumps({"trainer.lr": lr, "trainer.batch_size": 32}))
+
+    ref_results = _runs(heart, {PUBLISHED: 0.0, "sampler_seed=1": 0.01, "sampler_seed=2": -0.01})
+    empty = pd.DataFrame(columns=KEY_COLUMNS)
+    ref = Runs(ref_results, {PUBLISHED: with_lr(0.001), "sampler_seed=1": with_lr(0.002),
+                             "sampler_seed=2": with_lr(0.003)}, {n: empty for n in ref_results})  # fmt: skip
+    worse = heart.assign(
+        mean=heart["mean"].where(
+            ~((heart["metric"] == "ece") & (heart["objective"] == "xe")), heart["mean"] * 3
+        )
+    )
+    wrk = Runs({"w": worse}, {"w": with_lr(0.05)}, {"w": empty})
+    assert learning_rates(wrk, ["w"], "heart-disease") == {
+        ("w", k): 0.05 for k in ("XE", "XE + MMCE", "XE + ECE KDE", "XE + MMD")
+    }
+    text = lr_text(compare_dataset(ref, wrk, "heart-disease", "jobs=8"))
+    assert text == ("Learning rates of the selected configurations (`trainer.lr`, every objective): median 0.002 over "
+                    "12 selections at 1-2 workers, 0.05 over 4 at 8 workers; the selections with worse cells: w XE 0.05")  # fmt: skip
+    assert (
+        learning_rates(Runs({}, {"x": studies.drop(columns="best_params")}, {}), ["x"], "heart-disease") == {}
+    )

@@ -46,6 +46,8 @@ R - 1 degrees of freedom) and the three outcomes of :mod:`kcal.publish.verdicts`
    (one bar for every run, so the shares compare) and MARGIN = 0.02, two points of validation accuracy
    (about one validation row on breast-cancer's 56). Both are compared as in rule 1 over the reference runs
    whose trials are kept (:func:`trials_summary`).
+6. **The selected learning rates** (a lead to *why*, in DETAILS.md only, :func:`lr_text`): each side's median
+   ``trainer.lr`` over its selections, and that of each selection with worse cells.
 
 **The verdict per dataset** (:func:`dataset_verdict`), in the three outcomes: *worse* when the selection score
 is worse on some objective (rule 1), or more cells are worse than chance allows (rule 2), or the claims agree
@@ -56,6 +58,7 @@ asks for 5 per dataset). A dataset with fewer than 2 reference runs is *not comp
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -284,6 +287,27 @@ def _pair(frame: pd.DataFrame, dataset: str, objective: str) -> pd.DataFrame:
     return frame[(frame["dataset"] == dataset) & (frame["objective"] == objective)]
 
 
+def selected_lr(studies: pd.DataFrame, dataset: str, objective: str) -> float | None:
+    """The learning rate (``trainer.lr``) of the configuration a run selected for (dataset, objective), from its
+    ``studies.csv``'s ``best_params``; None where the run does not hold it."""
+    rows = _pair(studies, dataset, objective)
+    if not len(rows) or "best_params" not in rows or pd.isna(rows["best_params"].iloc[0]):
+        return None
+    lr = json.loads(rows["best_params"].iloc[0]).get("trainer.lr")
+    return None if lr is None else float(lr)
+
+
+def learning_rates(runs: Runs, names: Sequence[str], dataset: str) -> dict[tuple[str, str], float]:
+    """``{(run, table row): selected learning rate}`` of every classification objective the runs hold."""
+    out = {}
+    for name in names:
+        for row in TABLES["classification"].rows:
+            lr = selected_lr(runs.studies[name], dataset, row.objective)
+            if lr is not None:
+                out[(name, row.key)] = lr
+    return out
+
+
 def _best(studies: pd.DataFrame, dataset: str, objective: str) -> float | None:
     rows = _pair(studies, dataset, objective)
     return float(rows["best_value"].iloc[0]) if len(rows) and pd.notna(rows["best_value"].iloc[0]) else None
@@ -330,6 +354,8 @@ class DatasetComparison:
     claim_table: list[tuple[str, str, list[str], list[str]]]  # (claim, flavour, reference outcomes, workers')
     verdict: str
     null: tuple[int, int, int, int] = (0, 0, 0, 0)  # reference_null: (cells, worse, better, runs flagged)
+    # the selected configurations' learning rates, {(run, row): lr}: the reference runs', the worker runs'
+    lrs: tuple[dict, dict] = ({}, {})
 
 
 def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetComparison:
@@ -352,8 +378,9 @@ def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetCo
     if len(rnames) >= 2:
         verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
                                   claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
+    lrs = (learning_rates(ref, rnames, dataset), learning_rates(wrk, wnames, dataset))
     return DatasetComparison(dataset, label, wnames, rnames, objectives, cells, claims, table, verdict,
-                             reference_null(only))  # fmt: skip
+                             reference_null(only), lrs)  # fmt: skip
 
 
 def comparisons(data: Path) -> list[DatasetComparison]:
@@ -421,6 +448,18 @@ def null_text(c: DatasetComparison) -> str:
     return (f"runs with more worse cells than chance allows one run: {flagged_runs(c.cells)} of "
             f"{len(c.worker_runs)} at {setting(c.label)}, {flagged} of {r} at 1-2 workers (the same rule on each "
             f"against the other {r - 1}: {worse} worse, {better} better of {n})")  # fmt: skip
+
+
+def lr_text(c: DatasetComparison) -> str:
+    """The selected configurations' learning rates of both sides, and those of the selections with worse cells
+    (a lead to why they are worse: recorded, not part of any rule)."""
+    ref, wrk = c.lrs
+    worse = c.cells[c.cells["outcome"] == V.WORSE].groupby(["run", "row"], sort=True).size()
+    hit = ", ".join(f"{run} {row} {wrk[(run, row)]:.3g}" for run, row in worse.index if (run, row) in wrk)
+    return (f"Learning rates of the selected configurations (`trainer.lr`, every objective): median "
+            f"{np.median(list(ref.values())):.3g} over {len(ref)} selections at 1-2 workers, "
+            f"{np.median(list(wrk.values())):.3g} over {len(wrk)} at {setting(c.label)}"
+            + (f"; the selections with worse cells: {hit}" if hit else ""))  # fmt: skip
 
 
 def summary_line(c: DatasetComparison) -> str:
@@ -545,6 +584,8 @@ def details_block(found: list[DatasetComparison]) -> str:
                 f"- Test cells (Tables 4 and 5, both flavours) outside the prediction interval of the "
                 f"{len(c.reference_runs)} reference runs: {worse} worse, {better} better of {n} (chance alone: at "
                 f"most {side_bound(n)} each side)" + (f"; {null_text(c)}." if null_text(c) else ".")]  # fmt: skip
+        if c.lrs[0] and c.lrs[1]:
+            out.append(f"- {lr_text(c)}.")
         beyond = c.cells[c.cells["verdict"] == OUTSIDE]
         for r in beyond.to_dict("records"):
             out.append(f"  - {r['run']}: {r['flavour']} Table {TABLES[r['table']].number} {r['row']} {r['metric']} "
