@@ -331,6 +331,7 @@ def test_a_worker_paused_past_the_grace_period_loses_only_its_trial(tmp_path):
     line saying so)."""
     import optuna
 
+    from kcal.core import layout
     from kcal.orchestrate.soak import count_problems, pool_workers, study_of
 
     root, err = tmp_path / "root", tmp_path / "stderr.log"
@@ -351,8 +352,20 @@ def test_a_worker_paused_past_the_grace_period_loses_only_its_trial(tmp_path):
                          if t.state == optuna.trial.TrialState.RUNNING and "run_dir" in t.user_attrs
                          and t.user_attrs.get("pid") in workers), None)  # fmt: skip
 
-        victim, number = wait_for(training, 300, "a worker training a trial")
-        os.kill(victim, signal.SIGSTOP)
+        def paused() -> tuple[int, int] | None:
+            """SIGSTOP a worker seen training, then read which trial it holds now (it may have finished the one
+            seen and begun another, or be between trials: then let it go and try again)."""
+            pid, _ = wait_for(training, 300, "a worker training a trial")
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.5)  # its last writes land
+            held = [t.number for t in study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
+                    if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("pid") == pid]  # fmt: skip
+            if held and not write_locked(layout.storage_file(root)):
+                return pid, max(held)
+            os.kill(pid, signal.SIGCONT)  # between trials, or stopped inside a write (its heartbeat's): again
+            return None
+
+        victim, number = wait_for(paused, 300, "a worker paused while it held a trial")
 
         def failed_as_stale() -> bool:
             trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
@@ -373,6 +386,22 @@ def test_a_worker_paused_past_the_grace_period_loses_only_its_trial(tmp_path):
     ), log[-3000:]
     assert "a new worker took its place" not in log and "Traceback" not in log, log[-3000:]
     assert count_problems(root, "heart-disease", "xe", 6, 3) == []  # every trial and seed once
+
+
+def write_locked(path) -> bool:
+    """Whether a process holds the SQLite file's write lock (a writer paused in its transaction blocks every
+    other writer until it resumes)."""
+    import sqlite3
+
+    con = sqlite3.connect(path, timeout=0.5, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        con.close()
 
 
 def test_a_busy_study_storage_costs_the_task_in_one_line(monkeypatch, tmp_path):
