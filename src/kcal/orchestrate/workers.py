@@ -138,6 +138,13 @@ def first_task() -> bool:
     return first
 
 
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an error's message (its type's name when it has none), cut at ``limit`` characters:
+    Optuna's storage errors carry SQLAlchemy's whole statement below it."""
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
 def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float, bool]:
     """One trial of the study; (progress line, 1 if it counts towards n_trials else 0, its seconds, its CPU
     seconds, whether it was this worker's first task)."""
@@ -153,8 +160,7 @@ def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float
         raise TaskLost(f"{where} {exc}") from None
     # e.g. SQLite's "database is locked" past its busy timeout
     except optuna.exceptions.StorageInternalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TaskLost(f"{where} the study storage failed ({first[:160]}); a trial it had begun goes stale and "
+        raise TaskLost(f"{where} the study storage failed ({first_line(exc)}); a trial it had begun goes stale and "
                        "is retried") from None  # fmt: skip
     cpu = time.process_time() - cpu
     counts = (
@@ -480,8 +486,7 @@ def run_pool(
                     stopped = not pool.active  # pebble stopped it while the tasks went in
             # e.g. "database is locked" past its busy timeout: this poll is lost, not the run
             except optuna.exceptions.StorageInternalError as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-                print(f"reading the studies failed ({first}); read again in {poll_s:g} s ({death('storage')})",
+                print(f"reading the studies failed ({first_line(exc)}); read again in {poll_s:g} s ({death('storage')})",
                       file=sys.stderr, flush=True)  # fmt: skip
                 time.sleep(poll_s)
                 continue
