@@ -63,6 +63,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -178,12 +179,20 @@ def cell_checks(reference: dict[str, pd.DataFrame], workers: dict[str, pd.DataFr
     return pd.DataFrame(rows, columns=columns)
 
 
-def reference_null(reference: dict[str, pd.DataFrame]) -> tuple[int, int, int, int]:
+class Null(NamedTuple):
+    """Rule 4's counts over the reference runs, each against the others."""
+
+    cells: int = 0
+    worse: int = 0
+    better: int = 0
+    flagged: int = 0  # runs with more worse cells than chance allows one run
+
+
+def reference_null(reference: dict[str, pd.DataFrame]) -> Null:
     """Rule 4: rule 2 with each reference run (``{name: results}`` of one dataset) in the worker run's place
-    against the others; ``(cells, worse, better, runs with more worse cells than chance allows one run)``. Needs
-    3 reference runs (an interval from at least 2); else zeros."""
+    against the others. Needs 3 reference runs (an interval from at least 2); else zeros."""
     if len(reference) < 3:
-        return 0, 0, 0, 0
+        return Null()
     n = worse = better = flagged = 0
     for name, results in reference.items():
         cells = cell_checks({k: v for k, v in reference.items() if k != name}, {name: results})
@@ -191,7 +200,7 @@ def reference_null(reference: dict[str, pd.DataFrame]) -> tuple[int, int, int, i
         n, worse = n + len(cells), worse + w
         better += int((cells["outcome"] == V.BETTER).sum())
         flagged += w > side_bound(len(cells))
-    return n, worse, better, flagged
+    return Null(n, worse, better, flagged)
 
 
 def flagged_runs(cells: pd.DataFrame) -> int:
@@ -353,7 +362,7 @@ class DatasetComparison:
     claims: Comparison | None
     claim_table: list[tuple[str, str, list[str], list[str]]]  # (claim, flavour, reference outcomes, workers')
     verdict: str
-    null: tuple[int, int, int, int] = (0, 0, 0, 0)  # reference_null: (cells, worse, better, runs flagged)
+    null: Null = Null()  # reference_null
     # the selected configurations' learning rates, {(run, row): lr}: the reference runs', the worker runs'
     lrs: tuple[dict, dict] = ({}, {})
 
@@ -441,13 +450,13 @@ def selections(cells: pd.DataFrame, outcome: str) -> str:
 
 def null_text(c: DatasetComparison) -> str:
     """Rule 4 in words, beside the worker runs' own count of runs over one run's bound."""
-    n, worse, better, flagged = c.null
-    if not n:
+    null = c.null
+    if not null.cells:
         return ""
     r = len(c.reference_runs)
     return (f"runs with more worse cells than chance allows one run: {flagged_runs(c.cells)} of "
-            f"{len(c.worker_runs)} at {setting(c.label)}, {flagged} of {r} at 1-2 workers (the same rule on each "
-            f"against the other {r - 1}: {worse} worse, {better} better of {n})")  # fmt: skip
+            f"{len(c.worker_runs)} at {setting(c.label)}, {null.flagged} of {r} at 1-2 workers (the same rule on "
+            f"each against the other {r - 1}: {null.worse} worse, {null.better} better of {null.cells})")  # fmt: skip
 
 
 def lr_text(c: DatasetComparison) -> str:
@@ -478,7 +487,7 @@ def summary_line(c: DatasetComparison) -> str:
     return (f"**{c.dataset} at {setting(c.label)}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
             f"1-2 worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction "
             f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side), the worse "
-            f"from {selections(c.cells, V.WORSE)}{'; ' * bool(null_text(c))}{null_text(c)}; {claims}. "
+            f"from {selections(c.cells, V.WORSE)}{''.join(f'; {t}' for t in [null_text(c)] if t)}; {claims}. "
             f"Trials: mean validation score "
             f"lower than the 1-2 worker runs' mean on {lower} of {len(trials)} objectives, worse beyond the "
             f"interval on {trials_worse}.")  # fmt: skip
@@ -507,10 +516,10 @@ def advice(found: list[DatasetComparison]) -> str:
     for c in plain:
         if (
             c.verdict == V.WORSE
-            and c.null[0]
-            and flagged_runs(c.cells) / len(c.worker_runs) <= c.null[3] / len(c.reference_runs)
+            and c.null.cells
+            and flagged_runs(c.cells) / len(c.worker_runs) <= c.null.flagged / len(c.reference_runs)
         ):
-            text += (f" On {c.dataset} the cell rule flags the 1-2 worker runs themselves as often ({c.null[3]} of "
+            text += (f" On {c.dataset} the cell rule flags the 1-2 worker runs themselves as often ({c.null.flagged} of "
                      f"{len(c.reference_runs)} runs, each against the others) as the runs at {setting(c.label)} "
                      f"({flagged_runs(c.cells)} of {len(c.worker_runs)}).")  # fmt: skip
     for label in sorted({c.label for c in fixes}):
@@ -583,7 +592,7 @@ def details_block(found: list[DatasetComparison]) -> str:
         out += ["", f"**{c.dataset}, {setting(c.label)}: {c.verdict}** ({_runs_in(c)}).", "",
                 f"- Test cells (Tables 4 and 5, both flavours) outside the prediction interval of the "
                 f"{len(c.reference_runs)} reference runs: {worse} worse, {better} better of {n} (chance alone: at "
-                f"most {side_bound(n)} each side)" + (f"; {null_text(c)}." if null_text(c) else ".")]  # fmt: skip
+                f"most {side_bound(n)} each side)" + "".join(f"; {t}" for t in [null_text(c)] if t) + "."]  # fmt: skip
         if c.lrs[0] and c.lrs[1]:
             out.append(f"- {lr_text(c)}.")
         beyond = c.cells[c.cells["verdict"] == OUTSIDE]

@@ -205,9 +205,8 @@ def run_trial(
         finally:
             if not cfg.sweep.keep_checkpoints:
                 shutil.rmtree(layout.checkpoint_file(out).parent, ignore_errors=True)
-            trial.set_user_attr(
-                CPU_SECONDS, round(time.process_time() - cpu, 3)
-            )  # what it cost, whatever the load
+            # what it cost, whatever the load
+            trial.set_user_attr(CPU_SECONDS, round(time.process_time() - cpu, 3))
         for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
             if key in metrics:
                 trial.set_user_attr(key, metrics[key])
