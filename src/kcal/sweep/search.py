@@ -131,6 +131,18 @@ def reg_share(run_dir: Path, best_epoch: int | None) -> dict[str, float]:
     return out
 
 
+def beat_now(trial: optuna.Trial) -> None:
+    """Record the trial's first heartbeat before anything else, so that a trial which records
+    :data:`STARTED` has a heartbeat to go stale (:func:`kcal.sweep.studies.fail_stale` leaves started trials
+    to Optuna's heartbeat check). Optuna's heartbeat thread records its first beat whenever it gets the
+    storage's lock: on a loaded machine, after the objective's own writes, and a worker killed in between
+    left a trial running for ever (the study waited on it)."""
+    storage = trial.storage  # kcal's RDBStorage, behind Optuna's cache (which passes heartbeats on)
+    if getattr(storage, "get_heartbeat_interval", lambda: None)():
+        study_id = storage.get_study_id_from_name(trial.study.study_name)
+        storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number))
+
+
 def run_trial(
     cfg: DictConfig, study: optuna.Study, space: dict, sweep_folder: Path
 ) -> optuna.trial.FrozenTrial:
@@ -141,6 +153,7 @@ def run_trial(
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         numbers.append(trial.number)
         cpu = time.process_time()
+        beat_now(trial)
         trial.set_user_attr(STARTED, trial.number)
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("pid", os.getpid())

@@ -233,7 +233,8 @@ def fail_stale(study: optuna.Study, cfg: DictConfig) -> list[int]:
     number: a re-queued trial carries the attributes of the one it retries). One that started more than
     the grace period ago (:func:`grace_s`, against this machine's clock) is failed here and re-queued
     like a stale one, so a re-queued trial's parameters are not lost. Every worker of a study runs a kcal
-    that records :data:`STARTED` (one commit per reproduction).
+    that records :data:`STARTED` (one commit per reproduction), after the trial's first heartbeat
+    (:func:`kcal.sweep.search.beat_now`), so a started trial always has a heartbeat to go stale.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
