@@ -103,3 +103,35 @@ def test_a_path_goes_on_until_the_regulariser_dominates(tmp_path, capsys):
     assert record["grid"] == [0.0, 10.0, 30.0] and record["grid_config"] == [10]
     table = pd.read_csv(run_paths(compose_cfg("paths", *over, "paths.dominant_share=1e-9"))["xe_mmd"])
     assert sorted(set(table["weight"])) == [0.0, 10.0]  # dominant at λ = 10 already: no further point
+
+
+@needs("heart-disease")
+def test_a_path_moved_with_kcal_state_resumes_on_the_other_machine_without_training(tmp_path, capsys):
+    from kcal.orchestrate.state import main as state
+    from kcal.reruns.paths import run_paths
+
+    root_a, root_b = tmp_path / "machine-a", tmp_path / "machine-b"
+    table = pd.read_csv(run_paths(compose_cfg("paths", *HEART, f"root={root_a}"))["xe_mmd"])
+    state(["export", str(root_a), str(tmp_path / "state"), "--no-predictions"])
+    assert (
+        "heart-disease: 0 studies (0 trials), 0 finished seeds, 4 finished seeds of regularisation paths"
+        in (capsys.readouterr().out)
+    )
+    moved = {
+        p.relative_to(tmp_path / "state").as_posix() for p in (tmp_path / "state").rglob("*") if p.is_file()
+    }
+    point = "paths/heart-disease/xe_mmd/objective.weight=10"
+    assert {
+        f"{point}/fingerprint.json",
+        f"{point}/seeds/seed1/history.csv",
+        "paths/heart-disease/xe_mmd.json",
+    } <= moved
+    assert not any(p.endswith(("predictions.json", ".pt")) for p in moved)
+    state(["import", str(tmp_path / "state"), str(root_b)])
+    assert "4 finished seeds of regularisation paths" in capsys.readouterr().out
+    written = run_paths(compose_cfg("paths", *HEART, f"root={root_b}"))
+    assert "2 points x 2 seeds, 2 finished, 0 to train" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(pd.read_csv(written["xe_mmd"]), table)
+    with pytest.raises(SystemExit):  # the paths are there now: a second import is refused
+        state(["import", str(tmp_path / "state"), str(root_b)])
+    assert "paths/heart-disease/" in capsys.readouterr().err

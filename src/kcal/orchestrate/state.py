@@ -24,7 +24,11 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
 * of each finished trial ``<objective>/sweep/trials/trial_<n>/metrics.json`` (its test metrics, which
   the study does not hold: what ``src/kcal/publish/trial_range.py`` reads to place the paper's value among a
   study's trials; a resumed run does not need them). Checkpoints, figures, the rest of the
-  trial folders and logs stay behind.
+  trial folders and logs stay behind;
+* ``paths/<dataset>/``, laid out like ``<root>/paths/<dataset>/`` (the regularisation paths of
+  :mod:`kcal.reruns.paths`, which span sittings): each path's table and record, each point's fingerprint, and
+  each finished seed's files as above with its ``history.csv`` always (a point's regulariser share is read
+  from it), so ``kcal paths`` resumes from the import with the finished points skipped.
 
 ``<state_dir>/kcal-state.json`` marks the folder as such a state. An export replaces the state of the
 datasets it exports and keeps the others.
@@ -185,16 +189,71 @@ def state_files(dataset_dir: Path, history: bool, predictions: bool = True) -> l
     return sorted(p.relative_to(dataset_dir) for p in out)
 
 
+def path_state_files(paths: Path, predictions: bool) -> list[Path]:
+    """The portable files under ``<root>/paths/<dataset>/``, relative to it: each path's table and record, each
+    point's fingerprint, and each finished seed's files with its ``history.csv`` (module docstring)."""
+    out = [*paths.glob("*.csv"), *paths.glob("*.json"), *paths.glob(f"*/*/{layout.FINGERPRINT_FILE}")]
+    for metrics in paths.glob(f"*/*/{layout.FINISHED_SEED_GLOB}"):
+        names = (*SEED_FILES, HISTORY, *((PREDICTIONS,) if predictions else ()))
+        out += [metrics.parent / n for n in names if (metrics.parent / n).is_file()]
+    return sorted(p.relative_to(paths) for p in out)
+
+
+def copy_out(src: Path, files: list[Path], dest: Path) -> None:
+    """Copy ``files`` (relative to ``src``) into ``dest``, a seed's ``predictions.npz`` as text."""
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        if rel.name == PREDICTIONS:
+            predictions_to_text(src / rel, dest / rel.with_name(PREDICTIONS_TEXT))
+        else:
+            shutil.copy2(src / rel, dest / rel)
+
+
+def copy_in(src: Path, dest: Path, skip: list[Path] = ()) -> int:
+    """Copy every file under ``src`` (but ``skip``) into ``dest``, a seed's forecasts back as ``predictions.npz``;
+    return the number of finished seeds copied."""
+    n_seeds = 0
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if path.is_file() and path not in skip:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            if rel.name == PREDICTIONS_TEXT:
+                predictions_from_text(path, dest / rel.with_name(PREDICTIONS))
+            else:
+                shutil.copy2(path, dest / rel)
+            n_seeds += is_seed_metrics(rel)
+    return n_seeds
+
+
+def export_paths(root: Path, state_dir: Path, ds: str, predictions: bool) -> int:
+    """Replace ``<state_dir>/paths/<ds>/`` by the portable files of ``<root>/paths/<ds>/``; return its finished
+    seeds (0 and nothing written when the root has no paths of ``ds``)."""
+    src, dest = layout.paths_dir(root, ds), layout.paths_dir(state_dir, ds)
+    shutil.rmtree(dest, ignore_errors=True)
+    if not src.is_dir():
+        return 0
+    files = path_state_files(src, predictions)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{ds}.", dir=dest.parent))
+    try:
+        copy_out(src, files, staging)
+        staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return sum(is_seed_metrics(rel) for rel in files)
+
+
 def is_seed_metrics(rel: Path) -> bool:
     """Whether ``rel`` (under a dataset's folder) is a finished seed's ``metrics.json``."""
     return rel.match(f"*/{layout.FINISHED_SEED_GLOB}")
 
 
-def describe(studies: list[str], counts: dict[str, int], n_seeds: int) -> str:
+def describe(studies: list[str], counts: dict[str, int], n_seeds: int, path_seeds: int = 0) -> str:
     trials = sum(counts.values())
     states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    paths = f", {path_seeds} finished seeds of regularisation paths" if path_seeds else ""
     return (f"{len(studies)} {'study' if len(studies) == 1 else 'studies'} ({trials} trials{': ' + states if states else ''}), "
-            f"{n_seeds} finished seeds")  # fmt: skip
+            f"{n_seeds} finished seeds{paths}")  # fmt: skip
 
 
 def read_marker(state_dir: Path) -> dict:
@@ -219,7 +278,8 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
     known = set(dataset_names())
     for name in datasets or []:
         get_spec(name)  # a misspelt name: one line listing the valid ones
-    found = sorted(known & (in_storage | {d.name for d in root.iterdir() if d.is_dir()}))
+    with_paths = {d.name for d in (root / layout.PATHS_FOLDER).glob("*") if d.is_dir()}
+    found = sorted(known & (in_storage | {d.name for d in root.iterdir() if d.is_dir()} | with_paths))
     if datasets:
         unknown = sorted(set(datasets) - set(found))
         if unknown:
@@ -228,7 +288,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
             )
         found = sorted(set(datasets))
     if not found:
-        raise ConfigError(f"{root} holds no sweep study and no seed rerun of any dataset")
+        raise ConfigError(f"{root} holds no sweep study, seed rerun or regularisation path of any dataset")
     if state_dir.exists() and any(state_dir.iterdir()) and not (state_dir / MARKER).is_file():
         raise ConfigError(f"{state_dir} is not empty and not a kcal state (no {MARKER}); choose a new folder")
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -242,12 +302,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
                 for name in names:
                     optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=target)
             files = state_files(root / ds, history, predictions) if (root / ds).is_dir() else []
-            for rel in files:
-                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-                if rel.name == PREDICTIONS:
-                    predictions_to_text(root / ds / rel, staging / rel.with_name(PREDICTIONS_TEXT))
-                else:
-                    shutil.copy2(root / ds / rel, staging / rel)
+            copy_out(root / ds, files, staging)
             for lock in staging.glob(f"{JOURNAL}.lock*"):
                 lock.unlink()
             if names and (staging / JOURNAL).stat().st_size > MAX_TEXT_BYTES:
@@ -256,14 +311,15 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
             staging.rename(state_dir / ds)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        path_seeds = export_paths(root, state_dir, ds, predictions)
         counts = trial_counts(storage, names) if names else {}
-        size = sum(p.stat().st_size for p in (state_dir / ds).rglob("*") if p.is_file())
+        written = [state_dir / ds, layout.paths_dir(state_dir, ds)]
+        size = sum(p.stat().st_size for d in written for p in d.rglob("*") if p.is_file())
         n_seeds = sum(is_seed_metrics(rel) for rel in files)
         note = (f"; {counts['running']} running trial(s) will be queued again by the import"
                 if counts.get("running") else "")  # fmt: skip
-        lines.append(
-            f"{ds}: {describe(names, counts, n_seeds)} -> {state_dir / ds} ({size / 1024:.0f} KB){note}"
-        )
+        lines.append(f"{ds}: {describe(names, counts, n_seeds, path_seeds)} -> {state_dir / ds} "
+                     f"({size / 1024:.0f} KB){note}")  # fmt: skip
     marker = json.loads((state_dir / MARKER).read_text()) if (state_dir / MARKER).is_file() else {}
     kept = set(marker.get("datasets", ())) | set(found)
     (state_dir / MARKER).write_text(json.dumps({"format": 1, "kcal": kcal.__version__,
@@ -292,6 +348,8 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
     datasets = list(read_marker(state_dir).get("datasets", ()))
     journals = {ds: parts for ds in datasets if (parts := journal_parts(state_dir, ds))}
     taken = [f"{root / ds}/" for ds in datasets if (root / ds).exists()]
+    taken += [f"{layout.paths_dir(root, ds)}/" for ds in datasets
+              if layout.paths_dir(state_dir, ds).is_dir() and layout.paths_dir(root, ds).exists()]  # fmt: skip
     storage = root_storage(root) if journals or layout.storage_file(root).is_file() else None
     existing = set(optuna.get_all_study_names(storage)) if storage else set()
     with tempfile.TemporaryDirectory() as tmp:  # read copies: the journal backend writes lock files
@@ -309,19 +367,11 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
             for name in names:
                 optuna.copy_study(from_study_name=name, from_storage=sources[ds], to_storage=storage)
                 requeued += requeue_running(optuna.load_study(study_name=name, storage=storage), storage)
-            n_seeds = 0
-            for path in sorted((state_dir / ds).rglob("*")):
-                rel = path.relative_to(state_dir / ds)
-                if path.is_file() and path not in journals.get(ds, ()):
-                    (root / ds / rel).parent.mkdir(parents=True, exist_ok=True)
-                    if rel.name == PREDICTIONS_TEXT:
-                        predictions_from_text(path, root / ds / rel.with_name(PREDICTIONS))
-                    else:
-                        shutil.copy2(path, root / ds / rel)
-                    n_seeds += is_seed_metrics(rel)
+            n_seeds = copy_in(state_dir / ds, root / ds, journals.get(ds, []))
+            path_seeds = copy_in(layout.paths_dir(state_dir, ds), layout.paths_dir(root, ds))
             counts = trial_counts(storage, names) if names else {}
             note = f"; {requeued} trial(s) running at export queued again" if requeued else ""
-            lines.append(f"{ds}: {describe(names, counts, n_seeds)} -> {root / ds}{note}")
+            lines.append(f"{ds}: {describe(names, counts, n_seeds, path_seeds)} -> {root / ds}{note}")
     return lines
 
 
@@ -348,7 +398,8 @@ def parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="write a root's portable state to a folder",
                          description="Write <root>'s sweep studies (an Optuna journal per dataset) and finished "
                          "seed results (metrics.json, run.json, config.yaml, the fingerprints) to <state_dir>/"
-                         "<dataset>/; other datasets already in <state_dir> are kept.")  # fmt: skip
+                         "<dataset>/, and its regularisation paths' finished seeds to <state_dir>/paths/<dataset>/; "
+                         "other datasets already in <state_dir> are kept.")  # fmt: skip
     exp.add_argument("root", type=Path, help="reproduction root, e.g. outputs/reproduce/full")
     exp.add_argument("state_dir", type=Path, help="folder to write (new, or an earlier export)")
     exp.add_argument("--datasets", nargs="+", metavar="DATASET", help="only these (default: all in root)")
