@@ -215,8 +215,8 @@ def pruning_blocks(data: Path) -> dict[str, str]:
                    f"{_pct(r['survived'])} of them (largest regret {r['regret_max']:.3g}) and saves a median "
                    f"{_pct(r['epochs_saved'])} of the sweeps' epochs")  # fmt: skip
     short = (f"Pruners replayed over {n} studies' per-epoch curves: {verdict}. Whether a pruned protocol gives "
-             "the same answer is judged on its own replicates by `kcal.publish.equivalence`; until then the "
-             "full protocol is the reference.")  # fmt: skip
+             "the same answer is judged on its own replicates by `kcal.publish.equivalence` (below); the full "
+             "protocol stays the reference unless one is shown equal.")  # fmt: skip
     return {"pruning:summary": short, "pruning": details}
 
 
