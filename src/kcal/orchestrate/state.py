@@ -48,6 +48,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -209,7 +210,7 @@ def copy_out(src: Path, files: list[Path], dest: Path) -> None:
             shutil.copy2(src / rel, dest / rel)
 
 
-def copy_in(src: Path, dest: Path, skip: list[Path] = ()) -> int:
+def copy_in(src: Path, dest: Path, skip: Sequence[Path] = ()) -> int:
     """Copy every file under ``src`` (but ``skip``) into ``dest``, a seed's forecasts back as ``predictions.npz``;
     return the number of finished seeds copied."""
     n_seeds = 0
