@@ -24,6 +24,7 @@ from kcal.publish.protocol_spread import BEYOND, CELL_KEYS, PUBLISHED, WITHIN, r
 from kcal.publish.report import data_dir, runs_studies
 from kcal.publish.selected_kernels import kernel_row, kernels_markdown, selected_kernels, switched_off
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
+from kcal.publish.verdicts import SUPPORTED
 
 
 # ---- selected kernels ------------------------------------------------------------------------------------------
@@ -125,3 +126,11 @@ def test_dataset_line_spread_moves_and_the_readme_summary(published):
     summary = readme_summary(summaries, classes, kernels, "docs/results/full/RESULTS.md")
     assert "[RESULTS.md](docs/results/full/RESULTS.md)" in summary and len(summary.splitlines()) <= 8
     assert f"on {results['dataset'].nunique()} of the paper's 10 datasets" in summary
+    # the paper's own numbers: each claim the rules do not support there is named with its verdict, which is
+    # not called a rejection when it is only undecided
+    for s in summaries:
+        if s.paper.verdict != SUPPORTED:
+            assert re.search(
+                rf"own numbers the same rules give [^.]*{s.paper.verdict} [^.;]*\b{s.id}\b", summary
+            )
+    assert "reject" not in summary

@@ -236,10 +236,19 @@ def readme_summary(
         for s in summaries:
             words.setdefault(s.ours[flavour].verdict, []).append(s.id)
         verdicts.append(f"{flavour}: " + "; ".join(f"{w} {', '.join(ids)}" for w, ids in words.items()))
-    rejected = [s.id for s in summaries if s.paper.verdict != SUPPORTED]
+    own: dict[str, list[str]] = {}
+    for s in summaries:
+        if s.paper.verdict != SUPPORTED:
+            own.setdefault(s.paper.verdict, []).append(s.id)
     lines.append(
         f"- **The paper's claims**, by kcal's rules: {'. '.join(verdicts)}."
-        + (f" The same rules reject the paper's own numbers for {', '.join(rejected)}." if rejected else "")
+        + (
+            " On the paper's own numbers the same rules give "
+            + "; ".join(f"{w} {', '.join(ids)}" for w, ids in own.items())
+            + " (the paper's counter-examples: claims.md)."
+            if own
+            else ""
+        )
     )
     cells = []
     for flavour in FLAVOURS:
