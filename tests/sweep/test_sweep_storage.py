@@ -5,9 +5,11 @@ import glob
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from sqlalchemy.engine import make_url
 from kcal.core.progress import Progress, duration
 from kcal.core.storage_url import engine_url
 from kcal.sweep.search_space import apply
-from kcal.sweep.studies import STATUS, StorageUnavailable, counted, open_storage
+from kcal.sweep.studies import STATUS, StorageUnavailable, counted, open_storage, use_wal
 
 from ..common import SMOKE
 from ..data.conftest import needs
@@ -275,3 +277,22 @@ def test_workers_popping_queued_trials_from_sqlite_never_get_the_same_one(tmp_pa
     for p in procs:
         p.join(timeout=30)
     assert sorted(got) == list(range(n))  # every queued trial popped once, none twice
+
+
+def test_wal_switch_waits_for_a_writer_that_sqlite_would_refuse_at_once(tmp_path):
+    # SQLite refuses the switch to WAL at once ("database is locked", no busy timeout) while another
+    # connection holds a write lock: two workers opening a new study file together met it in CI
+    path = str(tmp_path / "sweeps.db")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE t(x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        sqlite3.connect(path, timeout=5).execute("PRAGMA journal_mode=WAL")  # what the retry is for
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        use_wal(path, timeout_s=0.3)  # a writer that never finishes: the error, after the timeout
+    threading.Timer(0.3, writer.execute, args=("COMMIT",)).start()
+    use_wal(path, timeout_s=30)
+    writer.close()
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -71,11 +71,7 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
     url = storage_url(cfg)
     engine_kwargs = {}
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        con = sqlite3.connect(url[len("sqlite:///") :], timeout=SQLITE_TIMEOUT_S)
-        try:  # WAL: readers never block the writer; the mode is stored in the file
-            con.execute("PRAGMA journal_mode=WAL")
-        finally:
-            con.close()
+        use_wal(url[len("sqlite:///") :])
         engine_kwargs = {"creator": functools.partial(sqlite_connection, url[len("sqlite:///") :])}
     grace = cfg.sweep.get("grace_period")
     for attempt in range(OPEN_ATTEMPTS):
@@ -111,6 +107,31 @@ def lost_schema_race(exc: Exception) -> bool:
     if isinstance(exc, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError)):
         return True
     return isinstance(exc, sqlalchemy.exc.ProgrammingError) and "already exists" in str(exc)
+
+
+def use_wal(path: str, timeout_s: float = SQLITE_TIMEOUT_S) -> None:
+    """Put the SQLite file at ``path`` in WAL mode (readers never block the writer; the mode is stored in the
+    file), waiting up to ``timeout_s`` for other processes.
+
+    The switch upgrades a read lock to an exclusive one, and SQLite answers "database is locked" at once,
+    without its busy timeout, when another connection holds a write lock then (it would deadlock otherwise):
+    two workers opening a new study file together meet this while the other creates Optuna's schema. So
+    the switch is tried again, with a growing pause, until ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while True:
+        con = sqlite3.connect(path, timeout=timeout_s)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        finally:
+            con.close()
+        time.sleep(pause)
+        pause = min(2 * pause, 1.0)
 
 
 def sqlite_connection(path: str) -> sqlite3.Connection:
