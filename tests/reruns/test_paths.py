@@ -123,12 +123,16 @@ def test_a_path_moved_with_kcal_state_resumes_on_the_other_machine_without_train
     point = "paths/heart-disease/xe_mmd/objective.weight=10"
     assert {
         f"{point}/fingerprint.json",
-        f"{point}/seeds/seed1/history.csv",
+        f"{point}/seeds/seed1/history.csv.json",
         "paths/heart-disease/xe_mmd.json",
+        "paths/heart-disease/xe_mmd.csv.json",
     } <= moved
-    assert not any(p.endswith(("predictions.json", ".pt")) for p in moved)
+    assert not any(p.endswith(("predictions.json", ".pt", ".csv")) for p in moved)  # CSV files travel as text
+    history = f"{point}/seeds/seed1/history.csv"
+    before = (root_a / history).read_bytes()
     state(["import", str(tmp_path / "state"), str(root_b)])
     assert "4 finished seeds of regularisation paths" in capsys.readouterr().out
+    assert (root_b / history).read_bytes() == before  # the seed's history back byte for byte
     written = run_paths(compose_cfg("paths", *HEART, f"root={root_b}"))
     assert "2 points x 2 seeds, 2 finished, 0 to train" in capsys.readouterr().err
     pd.testing.assert_frame_equal(pd.read_csv(written["xe_mmd"]), table)

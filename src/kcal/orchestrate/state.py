@@ -30,6 +30,9 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
   each finished seed's files as above with its ``history.csv`` always (a point's regulariser share is read
   from it), so ``kcal paths`` resumes from the import with the finished points skipped.
 
+Every CSV file (``history.csv``, a path's table) is kept as ``<name>.csv.json``, its lines as JSON strings, and
+comes back byte for byte on import.
+
 ``<state_dir>/kcal-state.json`` marks the folder as such a state. An export replaces the state of the
 datasets it exports and keeps the others.
 
@@ -200,12 +203,29 @@ def path_state_files(paths: Path, predictions: bool) -> list[Path]:
     return sorted(p.relative_to(paths) for p in out)
 
 
+#: a CSV file (a seed's ``history.csv``, a path's table) is kept in a state as ``<name>.csv.json``
+TABLE_TEXT_SUFFIX = ".json"
+
+
+def table_to_text(csv_file: Path, out: Path) -> None:
+    """A CSV file as JSON, its lines as strings, so that it reads back byte for byte (a state holds text that is
+    not mistaken for data files: no ``.csv``)."""
+    out.write_text(json.dumps({"lines": csv_file.read_text(encoding="utf-8").split("\n")}), encoding="utf-8")
+
+
+def table_from_text(text_file: Path, out: Path) -> None:
+    """The CSV file that :func:`table_to_text` wrote ``text_file`` from."""
+    out.write_text("\n".join(json.loads(text_file.read_text(encoding="utf-8"))["lines"]), encoding="utf-8")
+
+
 def copy_out(src: Path, files: list[Path], dest: Path) -> None:
-    """Copy ``files`` (relative to ``src``) into ``dest``, a seed's ``predictions.npz`` as text."""
+    """Copy ``files`` (relative to ``src``) into ``dest``, a seed's ``predictions.npz`` and any CSV file as text."""
     for rel in files:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if rel.name == PREDICTIONS:
             predictions_to_text(src / rel, dest / rel.with_name(PREDICTIONS_TEXT))
+        elif rel.suffix == ".csv":
+            table_to_text(src / rel, dest / rel.with_name(rel.name + TABLE_TEXT_SUFFIX))
         else:
             shutil.copy2(src / rel, dest / rel)
 
@@ -220,6 +240,8 @@ def copy_in(src: Path, dest: Path, skip: Sequence[Path] = ()) -> int:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             if rel.name == PREDICTIONS_TEXT:
                 predictions_from_text(path, dest / rel.with_name(PREDICTIONS))
+            elif rel.name.endswith(".csv" + TABLE_TEXT_SUFFIX):
+                table_from_text(path, dest / rel.with_name(rel.name[: -len(TABLE_TEXT_SUFFIX)]))
             else:
                 shutil.copy2(path, dest / rel)
             n_seeds += is_seed_metrics(rel)
