@@ -221,6 +221,14 @@ def spread_moves(spread: pd.DataFrame) -> str:
             f"{100 * (ratio > 2).mean():.0f} % of cells it is more than 2 times.")  # fmt: skip
 
 
+def ids_by_verdict(pairs) -> str:
+    """``(verdict, claim id)`` pairs as "verdict id, id; verdict id", verdicts in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for verdict, cid in pairs:
+        groups.setdefault(verdict, []).append(cid)
+    return "; ".join(f"{w} {', '.join(ids)}" for w, ids in groups.items())
+
+
 def readme_summary(
     summaries: Sequence[ClaimSummary], classes: pd.DataFrame, kernels: pd.DataFrame, link: str
 ) -> str:
@@ -230,22 +238,15 @@ def readme_summary(
     lines = [f"kcal ran the paper's protocol at its budget on {len(ran)} of the paper's {len(paper)} datasets (those that "
              f"run offline: {', '.join(ran)}). The answer, each dataset's causes and the conventions: "
              f"[RESULTS.md]({link})."]  # fmt: skip
-    verdicts = []
-    for flavour in FLAVOURS:
-        words: dict[str, list[str]] = {}
-        for s in summaries:
-            words.setdefault(s.ours[flavour].verdict, []).append(s.id)
-        verdicts.append(f"{flavour}: " + "; ".join(f"{w} {', '.join(ids)}" for w, ids in words.items()))
-    own: dict[str, list[str]] = {}
-    for s in summaries:
-        if s.paper.verdict != SUPPORTED:
-            own.setdefault(s.paper.verdict, []).append(s.id)
+    verdicts = [
+        f"{flavour}: {ids_by_verdict((s.ours[flavour].verdict, s.id) for s in summaries)}"
+        for flavour in FLAVOURS
+    ]
+    own = ids_by_verdict((s.paper.verdict, s.id) for s in summaries if s.paper.verdict != SUPPORTED)
     lines.append(
         f"- **The paper's claims**, by kcal's rules: {'. '.join(verdicts)}."
         + (
-            " On the paper's own numbers the same rules give "
-            + "; ".join(f"{w} {', '.join(ids)}" for w, ids in own.items())
-            + " (the paper's counter-examples: claims.md)."
+            f" On the paper's own numbers the same rules give {own} (the paper's counter-examples: claims.md)."
             if own
             else ""
         )
