@@ -15,6 +15,7 @@ from kcal.publish.tradeoff import (
     at_no_cost,
     best_point,
     first_costly,
+    pm,
     read_paths,
     tradeoff_blocks,
     winners,
@@ -51,6 +52,13 @@ def classes(ece: float, se: float, acc: float, acc_se: float = 0.01, recal_ece: 
     recal = ece * 0.8 if recal_ece is None else recal_ece
     return {("none", "ece"): (ece, se), ("post-hoc", "ece"): (recal, se), ("none", "acc"): (acc, acc_se),
             ("post-hoc", "acc"): (acc, acc_se)}  # fmt: skip
+
+
+def test_a_spread_that_is_only_rounding_is_shown_as_none():
+    # 20 seeds that all forecast one class have the same accuracy; their SE is float rounding (2.5e-17)
+    assert pm(Cell(0.524590163934426386, 2.5e-17), "acc") == "52.459 ± 0.000 %"
+    assert pm(Cell(0.0512, 0.0017)) == "0.0512 ± 0.0017"
+    assert pm(Cell(0.5, 0.0)) == "0.500 ± 0.000"
 
 
 def test_no_significant_cost_ends_at_one_combined_se_either_way():

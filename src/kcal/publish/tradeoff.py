@@ -256,24 +256,35 @@ def first_costly(path: pd.DataFrame, cost_metric: str) -> float | None:
 
 
 # ---- formatting --------------------------------------------------------------------------------------------------
-def decimals(se: float) -> int:
-    """Decimals that show an SE to two significant digits (3 for a missing or zero SE)."""
-    if not se or not math.isfinite(se):
+NO_SPREAD = 1e-12
+"""An SE below this fraction of the mean is rounding, not spread (every seed gave the same value, e.g. one class
+forecast for every row): it is shown as zero, at :func:`decimals`' default precision."""
+
+
+def decimals(se: float, value: float = 0.0) -> int:
+    """Decimals that show an SE to two significant digits (3 for a missing or zero SE, or one that is only
+    rounding of ``value``: :data:`NO_SPREAD`)."""
+    if not se or not math.isfinite(se) or abs(se) <= NO_SPREAD * abs(value):
         return 3
     return max(0, 1 - math.floor(math.log10(abs(se))))
+
+
+def spread(se: float, value: float) -> float:
+    """``se``, or 0 where it is only rounding of ``value`` (:data:`NO_SPREAD`)."""
+    return 0.0 if abs(se) <= NO_SPREAD * abs(value) else se
 
 
 def pm(c: Cell, metric: str = "") -> str:
     """``0.0512 ± 0.0021``; an accuracy in %."""
     scale, unit = (100.0, " %") if metric == "acc" else (1.0, "")
-    d = decimals(scale * c.se)
-    return f"{scale * c.mean:.{d}f} ± {scale * c.se:.{d}f}{unit}"
+    mean, se = scale * c.mean, scale * c.se
+    return f"{mean:.{decimals(se, mean)}f} ± {spread(se, mean):.{decimals(se, mean)}f}{unit}"
 
 
 def num(c: Cell, metric: str = "") -> str:
     """The mean alone, at :func:`pm`'s precision."""
     scale, unit = (100.0, " %") if metric == "acc" else (1.0, "")
-    return f"{scale * c.mean:.{decimals(scale * c.se)}f}{unit}"
+    return f"{scale * c.mean:.{decimals(scale * c.se, scale * c.mean)}f}{unit}"
 
 
 def weight_text(w: float) -> str:
@@ -295,7 +306,7 @@ def label(objective: str) -> str:
 def gain_parts(b: Best) -> tuple[str, str]:
     """``("0.0368", "4.4 SE")``: the gain ``cal_0 - cal_λ*`` at the combined SE's precision, and in combined SEs."""
     z = (b.zero.mean - b.best.mean) / b.combined_se if b.combined_se else math.inf
-    return f"{b.zero.mean - b.best.mean:.{decimals(b.combined_se)}f}", f"{z:.1f} SE"
+    return f"{b.zero.mean - b.best.mean:.{decimals(b.combined_se, b.zero.mean)}f}", f"{z:.1f} SE"
 
 
 def gain_text(b: Best) -> str:
