@@ -278,7 +278,8 @@ def pm(c: Cell, metric: str = "") -> str:
     """``0.0512 ± 0.0021``; an accuracy in %."""
     scale, unit = (100.0, " %") if metric == "acc" else (1.0, "")
     mean, se = scale * c.mean, scale * c.se
-    return f"{mean:.{decimals(se, mean)}f} ± {spread(se, mean):.{decimals(se, mean)}f}{unit}"
+    d = decimals(se, mean)
+    return f"{mean:.{d}f} ± {spread(se, mean):.{d}f}{unit}"
 
 
 def num(c: Cell, metric: str = "") -> str:
