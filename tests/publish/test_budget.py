@@ -65,3 +65,25 @@ def test_plateau_rule():
     # minimised: the gain is counted positive
     reached, late, total = reached_plateau([2.0] * 99 + [1.0], maximize=False)
     assert not reached and total > 0
+
+
+def test_the_budget_summary_counts_studies_and_names_their_datasets():
+    """The report's sentence says which datasets' studies kept trials, so that "100 trials are enough" is read
+    of those datasets only; a study whose late trials still gain is counted as not reaching the plateau."""
+    import pandas as pd
+
+    from kcal.publish.report_tables import budget_summary
+
+    def study(dataset, objective, values):
+        return pd.DataFrame({"dataset": dataset, "objective": objective, "state": "complete", "value": values,
+                             "direction": "maximize"})  # fmt: skip
+
+    flat = [0.5, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+    rising = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    runs = {"published": pd.concat([study("adult", "xe", flat), study("crime", "nll", rising)]),
+            "sampler_seed=1": study("crime", "nll", flat)}  # fmt: skip
+    text = budget_summary(runs)
+    assert text.startswith(
+        "2 of the 3 studies with kept trials (2 runs of the protocol; adult, crime) reached"
+    )
+    assert "(crime nll published)" in text

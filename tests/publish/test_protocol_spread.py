@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kcal.publish.answer import spread_moves
 from kcal.publish.protocol_spread import (
     BEYOND,
     PUBLISHED,
@@ -70,6 +71,27 @@ def test_spread_of_each_cell_is_the_replicates_sd(replicates):
     assert c["tested"] + c["definition_differs"] == c["with_paper"]
     # a cell with one replicate has no spread
     assert spread_frame({PUBLISHED: replicates[PUBLISHED]}).empty
+
+
+def test_a_seed_se_that_is_only_rounding_has_no_ratio_and_official_kce_is_not_tested(replicates):
+    """A cell whose seeds all gave one number, up to float rounding (the official KCE underflows to ~1e-117 with an
+    SE of ~1e-129), has no SD-to-seed-SE ratio (it was 3.3e+12), and the report says how many such cells it leaves
+    out; the official KCE is not the paper's number (a scaling in neither the authors' code nor the text)."""
+    pub = replicates[PUBLISHED]
+    cell = ((pub["objective"] == "xe") & (pub["recalibrator"] == "none") & (pub["flavour"] == "official")
+            & (pub["metric"] == "entropy"))  # fmt: skip
+    dust = pub.assign(mean=pub["mean"].mask(cell, 7.3e-117), se=pub["se"].mask(cell, 3.7e-129))
+    runs = {PUBLISHED: dust, **{n: dust.assign(mean=dust["mean"] + s) for n, s in SHIFTS.items()}}
+    spread = spread_frame(runs)
+    row = spread[(spread["flavour"] == "official") & (spread["row"] == "XE") & (spread["metric"] == "entropy")
+                 & (spread["table"] == "classification")].iloc[0]  # fmt: skip
+    assert math.isnan(row["ratio"]) and row["sd"] > 0
+    left_out = int(spread["ratio"].isna().sum())
+    assert left_out >= 1
+    text = spread_moves(spread)
+    assert f"Over the {len(spread) - left_out} cells with replicates (both flavours; {left_out} more" in text
+    kce = spread[(spread["flavour"] == "official") & (spread["metric"] == "kce")]
+    assert len(kce) and set(kce["protocol_verdict"]) == {"definition differs"}
 
 
 def test_old_protocol_verdict_rule():
@@ -280,7 +302,8 @@ def test_the_summary_shows_the_old_rules_counts_beside_the_new(replicates):
     line = next(x for x in counts_markdown(spread).splitlines() if x.startswith("| official |"))
     expected, low, high = chance_range(c["tested"])
     assert line == (f"| official | {c['cells']} ({c['with_paper']}) | {c['seed_differs']} | {c['old_beyond']} "
-                    f"({c['old_certain']}) | {c['new_beyond_of_seed_differs']} | {c['tested']} (0) | {c['new_beyond']} "
+                    f"({c['old_certain']}) | {c['new_beyond_of_seed_differs']} | {c['tested']} ({c['definition_differs']}) "
+                    f"| {c['new_beyond']} "
                     f"| {expected:.1f} ({low}–{high}) | {c['new_beyond_full_se']} |")  # fmt: skip
     official = spread[spread["flavour"] == "official"]
     assert c["seed_differs"] == int(official["seed_differs"].sum())

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kcal.publish import verdicts as V
 from kcal.publish.claims import CLAIMS, claim_values, evaluate_claim
 from kcal.publish.protocol_spread import chance_range, replicate_cells
 from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, normalise_results
@@ -67,9 +68,6 @@ AGREEMENT_SLACK = 0.10
 """How much lower the candidate's claim-outcome agreement with the full runs may be than theirs among themselves."""
 SHARE_FLOOR = 1e-8
 """Added to a regulariser share before its log (a share of 0: the regulariser off)."""
-ROUNDING = 1e-9
-"""An SD or a difference below ``ROUNDING * max(1, |mean|)`` is float rounding, i.e. 0 (count 1 leaves out a cell
-whose full runs agree to rounding, as one with SD 0: breast-cancer's accuracy is 1.0 on every run, its SD ~1e-16)."""
 MIN_DECADES = 1.0
 """A selected share moves by at least this many decades before it counts as shifted."""
 EQUIVALENT, DIFFERS, UNDECIDED, REJECTED = "equivalent", "differs", "undecided", "rejected"
@@ -100,7 +98,7 @@ def run_scores(full: Mapping[str, pd.DataFrame], candidate: Mapping[str, pd.Data
     with ``group`` "full" or "candidate"."""
     f, p = _cells(full), _cells(candidate)
     ref = _reference(f)
-    ref = ref[ref["sd_f"] > ROUNDING * ref["mean_f"].abs().clip(lower=1.0)]
+    ref = ref[ref["sd_f"] > V.ROUNDING * ref["mean_f"].abs().clip(lower=1.0)]
     rows = []
     for group, cells in (("full", f), ("candidate", p)):
         joined = cells.merge(ref, on=CELL_ID)
@@ -166,12 +164,13 @@ def shifts(full: Mapping[str, pd.DataFrame], candidate: Mapping[str, pd.DataFram
 
 def welch_differs(a: np.ndarray, b: np.ndarray, alpha: float = 0.05) -> bool:
     """Two-sided Welch t test of ``mean(a) = mean(b)`` at level ``alpha`` (both with at least two values);
-    with no spread beyond float rounding in either (:data:`ROUNDING`), any difference beyond rounding differs."""
+    with no spread beyond float rounding in either (:data:`kcal.publish.verdicts.ROUNDING`), any difference beyond
+    rounding differs."""
     from scipy.stats import t as student
 
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     d = abs(float(a.mean() - b.mean()))
-    rounding = ROUNDING * max(1.0, abs(float(a.mean())), abs(float(b.mean())))
+    rounding = V.ROUNDING * max(1.0, abs(float(a.mean())), abs(float(b.mean())))
     if math.sqrt(va + vb) <= rounding:  # no spread beyond rounding in either
         return d > rounding
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))

@@ -468,7 +468,8 @@ def comparison_markdown(comp: pd.DataFrame, flavour: str) -> str:
         "no number for that cell. The paper's SEs are printed to 3 decimals, so its 0.000 enters as 0. "
         "**definition differs**: this flavour's metric is defined otherwise than the paper's number (which the "
         "authors' code computed), so the two are not compared (kcal's exact QCE, DCE, ECE, KCE and post-hoc NLL; "
-        "the official flavour computes the paper's definitions).",
+        "the official flavour computes the paper's definitions, except KCE, whose paper values imply a scaling in "
+        "neither the authors' code nor the text).",
         "",
         chance_line(comp),
         "",

@@ -256,22 +256,18 @@ def first_costly(path: pd.DataFrame, cost_metric: str) -> float | None:
 
 
 # ---- formatting --------------------------------------------------------------------------------------------------
-NO_SPREAD = 1e-12
-"""An SE below this fraction of the mean is rounding, not spread (every seed gave the same value, e.g. one class
-forecast for every row): it is shown as zero, at :func:`decimals`' default precision."""
-
-
 def decimals(se: float, value: float = 0.0) -> int:
     """Decimals that show an SE to two significant digits (3 for a missing or zero SE, or one that is only
-    rounding of ``value``: :data:`NO_SPREAD`)."""
-    if not se or not math.isfinite(se) or abs(se) <= NO_SPREAD * abs(value):
+    rounding of ``value``: :func:`kcal.publish.verdicts.is_rounding`)."""
+    if not se or not math.isfinite(se) or V.is_rounding(se, value):
         return 3
     return max(0, 1 - math.floor(math.log10(abs(se))))
 
 
 def spread(se: float, value: float) -> float:
-    """``se``, or 0 where it is only rounding of ``value`` (:data:`NO_SPREAD`)."""
-    return 0.0 if abs(se) <= NO_SPREAD * abs(value) else se
+    """``se``, or 0 where it is only rounding of ``value`` (:func:`kcal.publish.verdicts.is_rounding`): every seed
+    gave the same value, e.g. one class forecast for every row."""
+    return 0.0 if V.is_rounding(se, value) else se
 
 
 def pm(c: Cell, metric: str = "") -> str:

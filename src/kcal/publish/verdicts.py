@@ -58,6 +58,15 @@ Z = 2.0
 LEVEL = 0.95
 """Two-sided level of the t test over runs."""
 _EPS = 1e-12  # float slack: a difference equal to the half-width is indistinguishable
+ROUNDING = 1e-9
+"""An SE, SD or difference of at most ``ROUNDING * max(1, |mean|)`` is float rounding, i.e. 0: every seed or run
+gave the same number, summed in another order (one class forecast for every test row; breast-cancer's accuracy of
+1.0 on every run, its SD ~1e-16; the official flavour's KCE, which underflows to ~1e-120)."""
+
+
+def is_rounding(x: float, *means: float) -> bool:
+    """Whether ``x`` (an SE, an SD, a difference) is only float rounding of ``means`` (:data:`ROUNDING`)."""
+    return abs(x) <= ROUNDING * max(1.0, *(abs(m) for m in means))
 
 
 def se_or_zero(x: float | None) -> float:
