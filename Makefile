@@ -3,9 +3,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# torch is installed first and on its own: the CPU build is enough for every test and avoids
-# pulling several GB of CUDA wheels. Override, e.g. `make install TORCH_SPEC=torch`, for a GPU build.
+# torch is installed first and on its own. The CPU build is enough for every test: where pip finds one first
+# (a local wheel folder) it is that one; from PyPI on Linux it is the CUDA build (several GB), and
+# `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU build from PyTorch's index.
+# Changing torch in an existing .venv: `make clean-venv` first (the install is stamped).
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 
 export KCAL_DATA_DIR ?= $(abspath ../shared/datasets)
@@ -23,7 +26,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 

@@ -17,6 +17,7 @@ ENTRY_POINTS = {
     "seeds": "seeds",
     "reproduce": "reproduce",
     "paths": "paths",
+    "ablation": "ablation",
 }
 
 

@@ -160,3 +160,29 @@ def test_every_python_m_of_the_package_runs():
             if spec is None or (match.group(2) and spec.submodule_search_locations is None):
                 bad.append(f"{path.relative_to(SRC)}: {match.group()}")
     assert bad == []
+
+
+def test_the_training_guide_names_every_config_group():
+    """Config groups mirror the code, and docs/training.md's *Configs* lists each (``hydra/`` is Hydra's own)."""
+    from kcal.configs import CONFIG_DIR
+
+    groups = sorted(p.name for p in Path(CONFIG_DIR).iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    guide = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    configs = guide[guide.index("## Configs") :]
+    assert [g for g in groups if g != "hydra" and f"* `{g}/`" not in configs] == []
+
+
+def test_the_readme_code_map_names_every_module_of_the_pipeline_stages():
+    """The README's map of ``src/kcal`` lists each module of the run, sweep, reruns, publish and orchestrate stages
+    by name, so that a module the guides name is on the map (a new module without an entry fails here)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index("src/kcal/core/") :]
+    block = block[: block.index("```")]
+    entries = re.split(r"\n(?=src/kcal/|configs/|tests/)", block)
+    missing = []
+    for stage in ("run", "sweep", "reruns", "publish", "orchestrate"):
+        entry = next(e for e in entries if e.startswith(f"src/kcal/{stage}/"))
+        words = set(re.findall(r"[a-z_]+", entry))
+        missing += [f"{stage}/{m.stem}" for m in sorted((SRC / "kcal" / stage).glob("*.py"))
+                    if not m.stem.startswith("__") and m.stem not in words]  # fmt: skip
+    assert missing == []

@@ -125,6 +125,7 @@ def test_dataset_line_spread_moves_and_the_readme_summary(published):
     assert f"a median {ratio.median():.2f} times" in spread_moves(spread)
     summary = readme_summary(summaries, classes, kernels, "docs/results/full/RESULTS.md")
     assert "[RESULTS.md](docs/results/full/RESULTS.md)" in summary and len(summary.splitlines()) <= 8
+    assert "[claims.md](docs/results/full/claims.md)" in summary  # where the claim IDs are defined
     assert f"on {results['dataset'].nunique()} of the paper's 10 datasets" in summary
     # the "why" counts the published run's selected MMD configurations and, apart, its replicates'
     off, is_pub = kernels.apply(switched_off, axis=1).astype(bool), kernels["run"] == PUBLISHED

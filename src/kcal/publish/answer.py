@@ -246,8 +246,11 @@ def readme_summary(
         for flavour in FLAVOURS
     ]
     own = ids_by_verdict((s.paper.verdict, s.id) for s in summaries if s.paper.verdict != SUPPORTED)
+    claims = f"{link.rsplit('/', 1)[0]}/claims.md" if "/" in link else "claims.md"
     lines.append(
-        f"- **The paper's claims**, by kcal's rules: {'. '.join(verdicts)}."
+        f"- **The paper's claims** ([claims.md]({claims}): each claim's sentence, its reading and its rule; *exact*: "
+        f"the paper's definitions on kcal's splits, *official*: the authors' code's), by kcal's rules: "
+        f"{'. '.join(verdicts)}."
         + (
             f" On the paper's own numbers the same rules give {own} (the paper's counter-examples: claims.md)."
             if own
