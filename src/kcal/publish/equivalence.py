@@ -170,9 +170,9 @@ def welch_differs(a: np.ndarray, b: np.ndarray, alpha: float = 0.05) -> bool:
 
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     d = abs(float(a.mean() - b.mean()))
-    rounding = V.ROUNDING * max(1.0, abs(float(a.mean())), abs(float(b.mean())))
-    if math.sqrt(va + vb) <= rounding:  # no spread beyond rounding in either
-        return d > rounding
+    means = (float(a.mean()), float(b.mean()))
+    if V.is_rounding(math.sqrt(va + vb), *means):  # no spread beyond rounding in either
+        return not V.is_rounding(d, *means)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     return d > float(student.ppf(1 - alpha / 2, df)) * math.sqrt(va + vb)
 

@@ -100,6 +100,5 @@ def budget_summary(runs: dict[str, pd.DataFrame]) -> str:
     worst = max(late, key=late.get)
     datasets = ", ".join(sorted({dataset for dataset, _, _ in scores}))
     return (f"{reached} of the {len(scores)} studies with kept trials ({len(runs)} runs of the protocol; {datasets}) "
-            "reached the "
-            f"plateau at n trials (rule: the gain from n/2 to n trials below {PLATEAU_SHARE:g} of the gain from 1 "
+            f"reached the plateau at n trials (rule: the gain from n/2 to n trials below {PLATEAU_SHARE:g} of the gain from 1 "
             f"to n, `kcal.publish.budget`); the largest late share is {late[worst]:.3f} ({' '.join(worst)}).")  # fmt: skip
