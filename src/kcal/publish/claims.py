@@ -31,7 +31,15 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from kcal.publish import verdicts as V
-from kcal.publish.table_cells import FLAVOUR_LABEL, FLAVOURS, TABLES, cell_frame, fmt, normalise_results
+from kcal.publish.table_cells import (
+    FLAVOUR_LABEL,
+    FLAVOURS,
+    TABLES,
+    by_key,
+    cell_frame,
+    fmt,
+    normalise_results,
+)
 
 PAPER = "paper"
 """The source name of the paper's own numbers."""
@@ -240,12 +248,11 @@ def claim_values(claim: Claim, cells: pd.DataFrame, use_paper: bool = False) -> 
     cell frame of its table (ours, or with ``use_paper`` the paper's numbers)."""
     mcol, scol = ("paper_mean", "paper_se") if use_paper else ("ours_mean", "ours_se")
     sub = cells[(cells["table"] == claim.table) & (cells["metric"] == claim.metric)]
-    idx = sub.set_index(["dataset", "row"])
+    cell = by_key(sub, ("dataset", "row"), (mcol, scol))
     out = {}
     for ds in TABLES[claim.table].datasets:
         try:
-            vals = {r: (float(idx.loc[(ds, r), mcol]), float(idx.loc[(ds, r), scol]))
-                    for r in claim.ours + claim.others}  # fmt: skip
+            vals = {r: (float(cell[ds, r][0]), float(cell[ds, r][1])) for r in claim.ours + claim.others}
         except KeyError:
             continue
         if not any(math.isnan(m) for m, _ in vals.values()):

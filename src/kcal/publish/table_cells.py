@@ -242,6 +242,13 @@ def dataset_info(name: str) -> dict[str, int | None]:
 # The cell frame: ours and the paper's number for every (table, dataset, row, metric)
 
 
+def by_key(frame: pd.DataFrame, keys: Sequence[str], values: Sequence[str]) -> dict[tuple, tuple]:
+    """``{(row's keys): (row's values)}`` of ``frame``'s rows (a dict lookup is what a cell needs; ``.loc``
+    per cell made the report spend most of its time in pandas indexing)."""
+    k = len(keys)
+    return {r[:k]: r[k:] for r in zip(*(frame[c] for c in (*keys, *values)), strict=True)}
+
+
 def is_missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
@@ -289,13 +296,8 @@ def compare_cell(
 def cell_frame(results: pd.DataFrame, flavour: str, table: Table) -> pd.DataFrame:
     """One row per (dataset, row, metric) of ``table``: ours (display units) next to the paper."""
     res = results[results["flavour"] == flavour]
-    ours = {
-        (r.dataset, r.objective, r.recalibrator, r.metric): (r.mean, r.se, r.n)
-        for r in res.itertuples(index=False)
-    }
-    paper = _paper_numbers()
-    paper = paper[paper["table"] == table.name]
-    pap = {(r.dataset, r.row, r.metric): (r.mean, r.se) for r in paper.itertuples(index=False)}
+    ours = by_key(res, ("dataset", "objective", "recalibrator", "metric"), ("mean", "se", "n"))
+    pap = _paper_cells(table.name)
     recs = []
     for ds in table.datasets:
         for row in table.rows:
@@ -312,6 +314,13 @@ def cell_frame(results: pd.DataFrame, flavour: str, table: Table) -> pd.DataFram
                     **compare_cell(m, s, pm, s_p, not definition_differs(flavour, met, row.recalibrator)),
                 })  # fmt: skip
     return pd.DataFrame.from_records(recs)
+
+
+@functools.cache
+def _paper_cells(table: str) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """``{(dataset, row, paper metric): (mean, se)}`` of the paper's numbers in ``table``."""
+    paper = _paper_numbers()
+    return by_key(paper[paper["table"] == table], ("dataset", "row", "metric"), ("mean", "se"))
 
 
 def comparison_frame(results: pd.DataFrame, flavour: str) -> pd.DataFrame:

@@ -143,7 +143,11 @@ def cell_checks(reference: dict[str, pd.DataFrame], workers: dict[str, pd.DataFr
     """Rule 2: one row per table cell of Tables 4 and 5 and worker run (``{name: results}``) that at least two
     reference runs (``{name: results}``) hold: the worker's value, the reference mean and half-width, ``verdict``
     (WITHIN / OUTSIDE) and ``outcome`` (better / indistinguishable / worse by the metric's direction)."""
-    ref, wrk = replicate_cells(reference), replicate_cells(workers)
+    return checks_of_cells(replicate_cells(reference), replicate_cells(workers))
+
+
+def checks_of_cells(ref: pd.DataFrame, wrk: pd.DataFrame) -> pd.DataFrame:
+    """:func:`cell_checks` on the runs' cells (:func:`kcal.publish.protocol_spread.replicate_cells`)."""
     columns = [
         "flavour",
         "table",
@@ -194,8 +198,10 @@ def reference_null(reference: dict[str, pd.DataFrame]) -> Null:
     if len(reference) < 3:
         return Null()
     n = worse = better = flagged = 0
-    for name, results in reference.items():
-        cells = cell_checks({k: v for k, v in reference.items() if k != name}, {name: results})
+    each = {name: replicate_cells({name: results}) for name, results in reference.items()}
+    for name in reference:
+        others = pd.concat([c for k, c in each.items() if k != name], ignore_index=True)
+        cells = checks_of_cells(others, each[name])
         w = int((cells["outcome"] == V.WORSE).sum())
         n, worse = n + len(cells), worse + w
         better += int((cells["outcome"] == V.BETTER).sum())
