@@ -349,3 +349,17 @@ def test_seeds_end_is_when_training_ended_not_when_the_seeds_were_evaluated_agai
     rows = study_rows(root)
     expected = datetime.fromtimestamp(trained, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     assert set(rows["seeds_end"]) == {expected}
+
+
+def test_publishing_does_not_load_the_training_engine():
+    """``kcal report`` reads results: importing it (and the figures it draws) leaves Lightning unloaded, which
+    cost every ``kcal report`` 5 s when ``kcal.run`` loaded its runner eagerly."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kcal.publish.report, kcal.publish.figures; "
+        "print(sorted(m for m in ('pytorch_lightning', 'lightning_fabric', 'kcal.run.single') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -26,7 +26,6 @@ from omegaconf import DictConfig, open_dict
 from kcal.configs import CONFIG_DIR
 from kcal.core.layout import LOCAL_ROOT
 from kcal.run.setup import load_data, phi_bandwidth
-from kcal.run.single import run
 
 LOCAL_OBJECTIVES = ("nll", "nll_mmd_local")
 #: per dataset: extra overrides for training, the figure title, and the (longitude, latitude) columns of x
@@ -61,6 +60,8 @@ def resolve_phi_bandwidth(cfg: DictConfig) -> DictConfig:
 def train_local(datasets=tuple(LOCAL_DATASETS), root: Path = LOCAL_ROOT, seed: int = 0, overrides=(),
                 objectives=LOCAL_OBJECTIVES, log=print) -> dict[str, dict[str, dict]]:  # fmt: skip
     """Train every (dataset, objective) into ``root/<dataset>/<objective>/``; return their metrics."""
+    from kcal.run.single import run  # Lightning: not loaded by the figures, which read the constants above
+
     results: dict[str, dict[str, dict]] = {}
     for ds in datasets:
         for obj in objectives:

@@ -12,7 +12,18 @@
 * :mod:`kcal.run.single`: one run (:func:`run`) and the members of a chunk (:func:`train_members`).
 """
 
-from kcal.run.single import run
-from kcal.run.stacked import train_stacked
-
 __all__ = ["run", "train_stacked"]
+
+
+def __getattr__(name: str):
+    """``run`` and ``train_stacked`` load on first use (PEP 562), so that ``kcal.run.setup`` and ``kcal.run.plots``
+    (which publishing reads) do not load Lightning: it took ``kcal report`` 5 s to import."""
+    if name == "run":
+        from kcal.run.single import run
+
+        return run
+    if name == "train_stacked":
+        from kcal.run.stacked import train_stacked
+
+        return train_stacked
+    raise AttributeError(f"module 'kcal.run' has no attribute {name!r}")
