@@ -243,8 +243,8 @@ def dataset_info(name: str) -> dict[str, int | None]:
 
 
 def by_key(frame: pd.DataFrame, keys: Sequence[str], values: Sequence[str]) -> dict[tuple, tuple]:
-    """``{(row's keys): (row's values)}`` of ``frame``'s rows (a dict lookup is what a cell needs; ``.loc``
-    per cell made the report spend most of its time in pandas indexing)."""
+    """``{(row's keys): (row's values)}`` of ``frame``'s rows, for looking cells up one by one (``.loc`` per cell
+    costs pandas' indexing each time)."""
     k = len(keys)
     return {r[:k]: r[k:] for r in zip(*(frame[c] for c in (*keys, *values)), strict=True)}
 
