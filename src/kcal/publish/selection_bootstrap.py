@@ -79,26 +79,27 @@ def estimate_frame(spread: pd.DataFrame, replicates: dict[str, pd.DataFrame], tr
     each replicate that kept its study's trials (``trials``: a trials table per replicate name), their median
     as ``predicted``, beside the measured ``sd`` and its interval. Cells no replicate kept trials for are left
     out."""
-    from kcal.publish.table_cells import TABLES
+    from kcal.publish.table_cells import TABLES, by_key
 
+    # each replicate's complete trials per (dataset, objective), and its cells' (se, n)
+    studies = {name: dict(iter(f[f["state"] == "complete"].groupby(["dataset", "objective"], sort=False)))
+               for name, f in trials.items()}  # fmt: skip
+    cell_keys = ("dataset", "objective", "recalibrator", "flavour", "metric")
+    seeds = {name: by_key(res, cell_keys, ("se", "n")) for name, res in replicates.items()}
     rows = []
     for cell in spread.to_dict("records"):
         scale = TABLES[cell["table"]].metric(cell["metric"]).scale
         key = trial_metric_key(cell["flavour"], cell["recalibrator"], cell["metric"])
         preds = []
-        for name, frame in trials.items():
-            t = frame[(frame["dataset"] == cell["dataset"]) & (frame["objective"] == cell["objective"])
-                      & (frame["state"] == "complete")]  # fmt: skip
-            res = replicates.get(name)
-            if t.empty or key not in t or res is None:
+        for name in trials:
+            t = studies[name].get((cell["dataset"], cell["objective"]))
+            if t is None or key not in t or name not in replicates:
                 continue
             t = t.dropna(subset=["value", key])
-            mine = res[(res["dataset"] == cell["dataset"]) & (res["objective"] == cell["objective"])
-                       & (res["recalibrator"] == cell["recalibrator"]) & (res["flavour"] == cell["flavour"])
-                       & (res["metric"] == cell["metric"])]  # fmt: skip
-            if t.empty or mine.empty:
+            mine = seeds[name].get(tuple(cell[k] for k in cell_keys))
+            if t.empty or mine is None:
                 continue
-            se, n = float(mine["se"].iloc[0]), int(mine["n"].iloc[0])
+            se, n = float(mine[0]), int(mine[1])
             maximize = t["direction"].iloc[0] == "maximize"
             preds.append(predicted_sd(t["value"], t[key], maximize, se, n, n_boot) * scale)
         if preds:

@@ -227,10 +227,11 @@ def claim_outcomes(results: pd.DataFrame, dataset: str) -> dict[tuple[str, str],
     res = normalise_results(results)
     out = {}
     for flavour in FLAVOURS:
+        cells = {t: cell_frame(res, flavour, TABLES[t]) for t in CELL_TABLES}
         for claim in CLAIMS:
             if claim.table not in CELL_TABLES:
                 continue
-            found = evaluate_claim(claim, [cell_frame(res, flavour, TABLES[claim.table])], flavour).datasets
+            found = evaluate_claim(claim, [cells[claim.table]], flavour).datasets
             if dataset in found:
                 out[(claim.id, flavour)] = found[dataset].outcome
     return out
