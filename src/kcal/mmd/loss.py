@@ -17,17 +17,21 @@ calls after it: a kernel that is numerically the identity or all ones (so the lo
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import torch
 from torch import Tensor, nn
 
 from kcal import kernels
-from kcal.inputs import TASKS
+from kcal.inputs import TASKS, reject_renamed
 from kcal.mmd.estimators import classification_mmd, regression_mmd
 from kcal.mmd.forms import get_classification_form, get_regression_form
 
 __all__ = ["DegenerateKernelWarning", "MMDCalibrationLoss"]
+
+#: the estimators' parameters that are the call's data or set by the loss itself, not options
+NOT_OPTIONS = ("forecast", "y", "probs", "labels", "x", "former_args", "form")
 
 
 class DegenerateKernelWarning(UserWarning):
@@ -54,7 +58,8 @@ class MMDCalibrationLoss(nn.Module):
         check_every: check on the first call and every ``check_every`` calls after it, until it warns.
         **options: any other keyword of :func:`kcal.mmd.regression_mmd` /
             :func:`kcal.mmd.classification_mmd` (``kernel_y``, ``kernel_z``, ``num_samples``, ``pairing``,
-            ``features``, ``threshold``, ...).
+            ``features``, ``threshold``, ...; ``validate_args`` for classification only). Another keyword
+            raises a one-line ``TypeError`` listing the valid ones, here rather than at the first batch.
 
     ``forward(prediction, target, x=None, **batch_options)``: ``batch_options`` are per-batch inputs such
     as ``groups`` or ``eps``.
@@ -85,6 +90,13 @@ class MMDCalibrationLoss(nn.Module):
         else:
             self.form = get_classification_form(form).name
             self._fn = classification_mmd
+        reject_renamed("bandwidth_x", "bandwidth_z", options.pop("bandwidth_x", None))
+        valid = [k for k in inspect.signature(self._fn).parameters if k not in NOT_OPTIONS]
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise TypeError(
+                f"MMDCalibrationLoss(task={task!r}) got unknown option(s) {unknown}; valid: {valid}"
+            )
         for name in ("kernel_y", "kernel_z"):
             if name in options:
                 if task == "classification" and name == "kernel_y":
