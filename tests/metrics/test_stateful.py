@@ -98,6 +98,12 @@ def test_metric_options_are_checked_in_the_constructor():
         KernelCalibrationError(form="indivdual")
     with pytest.raises(ValueError, match="bandwidth_z"):
         KernelCalibrationError(bandwidth_z=0.0)
+    # the default closed-form pairing has no PIT form and no other kernel on y: refused before any update
+    with pytest.raises(ValueError, match="pairing='analytic' supports .* got form 'quantile'"):
+        KernelCalibrationError(form="quantile")
+    with pytest.raises(ValueError, match="got form 'individual' with kernel 'laplacian'"):
+        KernelCalibrationError(kernel_y="laplacian")
+    KernelCalibrationError(form="quantile", pairing="index")
     metric = KernelCalibrationError()
     mean, std, y, _ = _data(n=8)
     with pytest.raises(ValueError, match="conditions on x"):

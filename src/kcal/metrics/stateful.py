@@ -46,10 +46,11 @@ from torchmetrics import Metric
 
 from kcal.baselines import MMCE_SCALINGS, mmce
 from kcal.inputs import as_forecast, as_vector, check_probs, gaussian_params
-from kcal.kernels import check_positive
+from kcal.kernels import check_positive, kernel_key
 from kcal.metrics.classification import binned_calibration_error, binned_sums
 from kcal.metrics.regression import crps, nll, pit
 from kcal.mmd import classification_mmd, get_classification_form, get_regression_form, regression_mmd
+from kcal.mmd.fused import check_analytic
 
 __all__ = [
     "CRPS",
@@ -191,6 +192,8 @@ class KernelCalibrationError(_CalibrationMetric):
     ):
         super().__init__(**_split_metric_kwargs(options))
         self.form = get_regression_form(form).name
+        if pairing == "analytic":  # here, not in compute() after every update
+            check_analytic(get_regression_form(form), kernel_key(options.get("kernel_y", "rbf")))
         self.options = {"form": self.form, "pairing": pairing, **options}
         for name, value in (("bandwidth_y", bandwidth_y), ("bandwidth_z", bandwidth_z)):
             if value is not None:  # None: the function's median heuristic, on all rows in compute()

@@ -25,12 +25,14 @@ from kcal.inputs import functorch_active
 from kcal.mmd.forms import REGRESSION_FORMS
 
 __all__ = [
+    "ANALYTIC_KERNELS",
     "AnalyticClassMMD",
     "AnalyticRBFMMD",
     "GaussianRBFIndexMMD",
     "LOG2E",
     "RBFIndexMMD",
     "analytic_gaussian_mmd2",
+    "check_analytic",
     "index_rbf_sums",
     "offdiag_weight",
     "rbf_sample_mmd2_index",
@@ -59,6 +61,21 @@ class AnalyticClassMMD(torch.autograd.Function):
         return g * (-2.0 * grad_out)[..., None, None], None, None, None, None
 
 
+ANALYTIC_KERNELS = ("point_estimate", "rbf")
+"""The kernels on y whose expectation over a Gaussian forecast ``pairing="analytic"`` has in closed form."""
+
+
+def check_analytic(fm, kernel_y: str) -> None:
+    """Raise a one-line ``ValueError`` unless ``pairing="analytic"`` supports the regression form ``fm`` (a
+    form with forecast Yhat and target y) with the kernel on y named ``kernel_y``."""
+    if fm.forecast != "sample" or fm.target != "y" or kernel_y not in ANALYTIC_KERNELS:
+        raise ValueError(
+            "pairing='analytic' supports the forms with forecast Yhat and target y "
+            f"({sorted(k for k, v in REGRESSION_FORMS.items() if v.forecast == 'sample')}) with kernel_y in "
+            f"{list(ANALYTIC_KERNELS)}; got form {fm.name!r} with kernel {kernel_y!r}"
+        )
+
+
 def analytic_gaussian_mmd2(fm, mean, std, y, k_v, k_z):
     """MMD^2 with the Gaussian forecast randomness integrated out in closed form (``pairing="analytic"``).
 
@@ -75,12 +92,7 @@ def analytic_gaussian_mmd2(fm, mean, std, y, k_v, k_z):
     Supported: sample forecast forms with kernel_y in {rbf, point_estimate}.
     """
     name = getattr(k_v, "kernel_name", "")
-    if fm.forecast != "sample" or fm.target != "y" or name not in ("rbf", "point_estimate"):
-        raise ValueError(
-            "pairing='analytic' supports the forms with forecast Yhat and target y "
-            f"({sorted(k for k, v in REGRESSION_FORMS.items() if v.forecast == 'sample')}) with kernel_y in "
-            f"['point_estimate', 'rbf']; got form {fm.name!r} with kernel {name!r}"
-        )
+    check_analytic(fm, name)
     n = mean.shape[-1]
     if (
         name == "rbf"
