@@ -66,6 +66,7 @@ PLACEHOLDERS = {
     "<pid>": "12345",
     "<profile>": "quick",
     "<root>": "outputs/reproduce/quick",
+    "<new root>": "outputs/reproduce/again",
     "<seed dir>": "outputs/reproduce/quick/crime/nll/seeds/seed_0",
     "<folder>": "outputs/figures",
     "<new folder>": "outputs/soak",
