@@ -177,7 +177,7 @@ def test_the_core_dependencies_are_few_and_the_pipeline_is_an_extra(wheel):
     names = {canonicalize_name(Requirement(r).name) for r in core}
     assert {"torch", "numpy", "scipy", "torchmetrics"} <= names and len(names) <= 5, names
     assert {"hydra-core", "pytorch-lightning", "optuna", "pandas", "scikit-learn", "ucimlrepo", "matplotlib",
-            "tqdm", "psycopg2-binary", "hydra-submitit-launcher", "pebble"} <= set(extras["pipeline"])  # fmt: skip
+            "tqdm", "psycopg2-binary", "hydra-submitit-launcher", "pebble", "filelock"} <= set(extras["pipeline"])  # fmt: skip
     assert "kcal" in extras["dev"]  # kcal[pipeline]: make install (.[dev]) installs everything
 
 

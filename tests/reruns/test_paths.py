@@ -65,6 +65,53 @@ def test_a_path_trains_from_the_unregularised_selection_and_resumes_without_trai
     pd.testing.assert_frame_equal(pd.read_csv(written["xe_mmd"]), table)
 
 
+@needs("heart-disease")
+def test_processes_share_a_dataset_point_by_point_and_never_train_a_point_twice(
+    tmp_path, capsys, monkeypatch
+):
+    from filelock import FileLock
+
+    from kcal.reruns import paths
+
+    cfg = compose_cfg(
+        "paths", *HEART[:-2], "paths.grids.xe_mmd=[10,30]", "paths.max_extension=0", f"root={tmp_path}"
+    )
+    out = layout.paths_dir(tmp_path, "heart-disease")
+    start, info = paths.start_config(cfg)
+    ten, thirty = (paths.Point(out, "xe_mmd", w, [0, 1]) for w in (10, 30))
+    other = {}  # another process's claims on both points
+    for point in (ten, thirty):
+        point.dir.parent.mkdir(parents=True, exist_ok=True)
+        other[point.weight] = FileLock(layout.claim_file(point.dir), thread_local=False)
+        other[point.weight].acquire()
+    seen, say = [], paths.say
+
+    def other_process(dataset, text):  # what the other process does when this one reports
+        say(dataset, text)
+        if "λ=10: another process trains it" in text:  # passed over, untouched; the other process trains it
+            seen.append(("passed", 10.0, len(ten.pending())))
+            paths.train_point(ten, paths.point_config(start, "xe_mmd", 10.0), info, cfg)
+            other[10.0].release()
+        elif "λ=30: another process trains it" in text:
+            seen.append(("passed", 30.0, len(thirty.pending())))
+        elif (
+            "λ=30: waiting for the process that trains it" in text
+        ):  # no path can go on: it waits, then trains
+            seen.append(("waits", 30.0, len(thirty.pending())))
+            other[30.0].release()  # the other process stopped without training it
+
+    monkeypatch.setattr(paths, "say", other_process)
+    table = pd.read_csv(paths.run_paths(cfg)["xe_mmd"])
+    assert seen == [("passed", 10.0, 2), ("passed", 30.0, 2), ("waits", 30.0, 2)]
+    err = capsys.readouterr().err
+    assert "xe_mmd λ=10: 2 seeds in" not in err  # trained once, by the other process
+    assert "xe_mmd λ=30: 2 seeds in" in err and "(+1 by another process) | paths 99%" in err
+    assert sorted(set(table["weight"])) == [0.0, 10.0, 30.0] and set(table["n"]) == {2}
+    record = json.loads(layout.path_record(out, "xe_mmd").read_text())
+    assert [p["train_seconds"] > 0 for p in record["points"]] == [True, False, True]  # its own seconds only
+    assert "3 points finished" in err
+
+
 def test_bad_path_settings_are_refused_in_one_line(tmp_path):
     from kcal.reruns.paths import regularisers, run_paths
 
@@ -128,6 +175,7 @@ def test_a_path_moved_with_kcal_state_resumes_on_the_other_machine_without_train
         "paths/heart-disease/xe_mmd.csv.json",
     } <= moved
     assert not any(p.endswith(("predictions.json", ".pt", ".csv")) for p in moved)  # CSV files travel as text
+    assert not any(p.endswith(".lock") for p in moved)  # a point's claim stays on its machine
     history = f"{point}/seeds/seed1/history.csv"
     before = (root_a / history).read_bytes()
     state(["import", str(tmp_path / "state"), str(root_b)])

@@ -409,6 +409,13 @@ def path_record(paths: Path, objective: str) -> Path:
     return Path(paths) / f"{objective}.json"
 
 
+def claim_file(path: Path) -> Path:
+    """``<path>.lock`` beside a path point's folder or a path's record: the file a process locks
+    (:class:`filelock.FileLock`) while it trains that point or writes that record, so processes running one
+    dataset's paths at once never train a point twice; the OS releases the lock when its process ends."""
+    return Path(path).with_name(Path(path).name + ".lock")
+
+
 def path_tables(folder: Path | str) -> list[Path]:
     """Every path table under ``<folder>/paths/``, by dataset then objective."""
     return sorted((Path(folder) / PATHS_FOLDER).glob("*/*.csv"))

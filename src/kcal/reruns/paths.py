@@ -14,8 +14,14 @@ further (:func:`next_weight`), at most ``paths.max_extension`` points.
 Every point is trained on seeds ``0 .. paths.n_seeds-1`` (vectorised, :func:`kcal.reruns.seeds.train_seeds`) into
 ``<root>/paths/<dataset>/<objective>/objective.weight=<λ>/seeds/seed<k>/`` (:mod:`kcal.core.layout`); finished seeds
 are skipped and a point's seeds of another configuration are refused (:func:`kcal.sweep.fingerprint.check_seeds`),
-so the command resumes where it stopped. Progress goes to stderr, one line per point. Per regulariser it writes,
-once its path is complete:
+so the command resumes where it stopped. Progress goes to stderr, one line per point.
+
+Several processes may run one dataset's paths at once (the same command, one a core, on the same root): a process
+trains a point only while it holds the point's claim (:func:`kcal.core.layout.claim_file`, a lock file beside the
+point's folder, :class:`filelock.FileLock`; the OS releases it when the process ends, killed or not). A point
+another process holds is passed over: each process goes path by path through the points nobody holds, comes back
+to a path once the other process has finished its points, and waits for one only when no path can go on without
+it. Progress then counts the points every process finished. Per regulariser it writes, once its path is complete:
 
 * ``<root>/paths/<dataset>/<objective>.csv``: the tidy columns of :mod:`kcal.reruns.seeds` (both flavours, without
   and with post-hoc recalibration) with ``weight`` (λ; 0 is the unregularised model) and ``reg_share`` (the median
@@ -41,6 +47,7 @@ from pathlib import Path
 import hydra
 import pandas as pd
 import torch
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from kcal.configs import CONFIG_DIR, CONFIG_PATH
@@ -269,7 +276,8 @@ def path_record(cfg: DictConfig, objective: str, start: dict, points: list[dict]
 def run_paths(cfg: DictConfig) -> dict[str, Path]:
     """Train every pending point of the dataset's paths, λ = 0 first, then path by path; each path's table and
     record are written as soon as its last point is trained (an interrupted run leaves the finished paths written).
-    Returns the tables written, by objective."""
+    Points another process holds are passed over and come back to (module docstring). Returns the tables written,
+    by objective."""
     dataset = cfg.dataset.name
     names = regularisers(cfg)
     n_seeds = int(cfg.paths.n_seeds)
@@ -287,40 +295,87 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
                  f"{len(todo)} points x {n_seeds} seeds, {len(todo) - len(left)} finished, {len(left)} to train; "
                  f"writing to {out}")  # fmt: skip
     progress = Progress(len(left), "paths")
+    counted = {(p.objective, p.weight) for p in todo if not p.pending()}
     spent: dict[tuple[str, float], float] = {}
+    told: set[Path] = set()  # the points said to be another process's (said once)
 
-    def train(point: Point) -> None:
+    def train(point: Point, wait: bool) -> bool:
+        """Train the point's pending seeds under its claim; False when another process holds it and not ``wait``."""
         if not point.pending():
-            return
-        t0, cpu, n = time.perf_counter(), time.process_time(), len(point.pending())
-        run_cfg = point_config(start, point.objective, point.weight)
-        spent[(point.objective, point.weight)] = train_point(point, run_cfg, info, cfg)
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-        progress.advance(1, f"[paths {dataset}] {point.label()}: {n} seeds in {duration(seconds)}{cpu_note(cpu)}",
-                         "point", seconds, cpu=cpu)  # fmt: skip
+            return True
+        claim = take_claim(point, wait, dataset, told)
+        if claim is None:
+            return False
+        try:
+            if not point.pending():  # another process finished it while this one waited
+                return True
+            t0, cpu, n = time.perf_counter(), time.process_time(), len(point.pending())
+            run_cfg = point_config(start, point.objective, point.weight)
+            spent[(point.objective, point.weight)] = train_point(point, run_cfg, info, cfg)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        finally:
+            claim.release()
+        finished = [p for pts in paths.values() for p in pts if not p.pending()]  # this process's and others'
+        new = {(p.objective, p.weight) for p in finished} - counted
+        counted.update(new)
+        elsewhere = f" (+{len(new) - 1} by another process)" if len(new) > 1 else ""
+        progress.advance(len(new), f"[paths {dataset}] {point.label()}: {n} seeds in {duration(seconds)}"
+                                   f"{cpu_note(cpu)}{elsewhere}", "point", seconds, cpu=cpu)  # fmt: skip
+        return True
 
-    train(zero)
-    written = {}
-    for name, points in paths.items():
-        for point in points[1:]:
-            train(point)
-        extended = []
-        while len(extended) < int(cfg.paths.max_extension) and top_share(points) < float(
-            cfg.paths.dominant_share
-        ):
+    base = {name: len(points) for name, points in paths.items()}
+
+    def complete(name: str, wait: bool) -> bool:
+        """Train the path's points, extend it while the regulariser does not dominate; False when a point another
+        process holds stops it (and not ``wait``)."""
+        points = paths[name]
+        if not all([train(point, wait) for point in points]):  # a list: every point nobody holds trains
+            return False
+        dominant = float(cfg.paths.dominant_share)
+        while len(points) - base[name] < int(cfg.paths.max_extension) and top_share(points) < dominant:
             points.append(Point(out, name, next_weight(points[-1].weight), seeds))
-            extended.append(points[-1].weight)
             if points[-1].pending():
                 progress.total += 1
             say(dataset, f"{name}: share {top_share(points[:-1]):.2g} at λ={points[-2].weight:g}, below "
-                         f"{float(cfg.paths.dominant_share):g}: the path goes on to λ={points[-1].weight:g}")  # fmt: skip
-            train(points[-1])
-        written[name] = write_path(cfg, name, points, start, info, spent, commit)
-        say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
+                         f"{dominant:g}: the path goes on to λ={points[-1].weight:g}")  # fmt: skip
+            if not train(points[-1], wait):
+                return False
+        return True
+
+    train(zero, wait=False)
+    written: dict[str, Path] = {}
+    waiting = list(paths)
+    while waiting:  # one process: a single round, path by path; beside others: until their points are done
+        for name in waiting:
+            if complete(name, wait=False):
+                written[name] = write_path(cfg, name, paths[name], start, info, spent, commit)
+                say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
+        if all(name not in written for name in waiting):  # every path waits for another process: wait on one
+            complete(waiting[0], wait=True)
+        waiting = [name for name in waiting if name not in written]
     progress.finish(
         f"[paths {dataset}] {1 + sum(len(points) - 1 for points in paths.values())} points finished"
     )
-    return written
+    return {name: written[name] for name in paths}
+
+
+def take_claim(point: Point, wait: bool, dataset: str, told: set[Path]) -> FileLock | None:
+    """The point's claim, held (:func:`kcal.core.layout.claim_file`); None when another process holds it and not
+    ``wait``, else wait until it lets go. ``told``: the points already said to be held (said once each)."""
+    path = layout.claim_file(point.dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    claim = FileLock(path)
+    try:
+        claim.acquire(timeout=0)
+    except Timeout:
+        if not wait:
+            if point.dir not in told:
+                say(dataset, f"{point.label()}: another process trains it ({path}); on to the next point")
+                told.add(point.dir)
+            return None
+        say(dataset, f"{point.label()}: waiting for the process that trains it ({path})")
+        claim.acquire()
+    return claim
 
 
 def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfig, info: dict,
@@ -329,16 +384,17 @@ def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfi
     out = layout.paths_dir(cfg.root, cfg.dataset.name)
     table = pd.concat([point_rows(p, cfg.dataset.name, name) for p in points], ignore_index=True)
     table_path, record_path = layout.path_table(out, name), layout.path_record(out, name)
-    earlier = earlier_points(record_path)
-    entries = [point_entry(p, earlier.get(p.weight, {}), spent.get((p.objective, p.weight), 0.0), commit)
-               for p in points]  # fmt: skip
     prep = prepare_point(point_config(start, name, points[1].weight))
     kernels = kernel_check(prep.data.train.x, prep.objective.params, int(start.trainer.batch_size),
                            int(cfg.paths.kernel_batches))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(table_path, index=False)
-    record = path_record(cfg, name, info, entries, prep.objective.params, kernels, commit)
-    record_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    with FileLock(layout.claim_file(record_path)):  # another process may write the same path: one at a time
+        earlier = earlier_points(record_path)  # read under the claim: the other process's seconds and commits
+        entries = [point_entry(p, earlier.get(p.weight, {}), spent.get((p.objective, p.weight), 0.0), commit)
+                   for p in points]  # fmt: skip
+        table.to_csv(table_path, index=False)
+        record = path_record(cfg, name, info, entries, prep.objective.params, kernels, commit)
+        record_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     return table_path
 
 
