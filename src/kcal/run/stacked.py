@@ -32,9 +32,11 @@ Bit-identity on CPU, by construction or by probe:
   results can depend on a block's alignment) shows that they equal ``F.linear``/``F.batch_norm`` and their
   autograd for each member alone; otherwise that part runs member by member with the single model's own
   formulas (:func:`kcal.run.stacked_net.linear_plan`, :func:`~kcal.run.stacked_net.batch_norm_plan`);
-* the base loss is ``torch.func.vmap`` of :meth:`Objective.base` (gradients identical); the regulariser is
-  evaluated per member with :meth:`Objective.regularization` itself (``kcal.mmd``'s fused fast path is
-  not ``vmap``-able, and under ``vmap`` it would take another, numerically different path);
+* the base loss is ``torch.func.vmap`` of :meth:`Objective.base` (gradients identical); the MMD is one
+  batched call (:meth:`kcal.mmd.steps.MMDStep.stacked`) where a probe finds it exact on the device
+  (:meth:`~kcal.mmd.steps.MMDStep.stack_exact`), and any other regulariser is evaluated per member with
+  :meth:`Objective.regularization` itself (not under ``vmap``, which would take another, numerically
+  different path);
 * evaluation (validation, DCE curves) calls the single network's own ``forward`` per member through
   ``torch.func.functional_call``, and the validation accumulator every run uses
   (:class:`kcal.run.epoch.ValidationAccumulator`).
