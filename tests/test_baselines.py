@@ -11,10 +11,12 @@ from kcal.baselines import (
     default_bandwidth_grid,
     dirichlet_log_kernel,
     ece_kde,
+    ece_kde_stacked,
     logsumexp_truncated,
     loo_log_likelihood,
     mmce,
     select_bandwidth,
+    select_bandwidths,
 )
 
 DT = torch.float64
@@ -379,3 +381,49 @@ def test_loo_log_likelihood_in_blocks_equals_the_whole_dirichlet_log_kernel(monk
             expected = (direct - norm).sum(-1)
             torch.testing.assert_close(loo_log_likelihood(probs, grid, authors=authors), expected, rtol=1e-10,
                                        atol=1e-8)  # fmt: skip
+
+
+@pytest.mark.parametrize("chunk", [3 * 16 * 16, 1 << 20])
+@pytest.mark.parametrize("flavour", ["kcal", "authors"])
+def test_ece_kde_stacked_is_ece_kde_of_each_batch(monkeypatch, chunk, flavour):
+    """K batches at once (a stack of seeds): each batch's value, selected bandwidth and gradient are ece_kde's
+    of it alone, to rounding (batched kernels may sum in another order; float64 here, so 1e-10 is generous),
+    whether the LOO scores are computed in several blocks or one; batches whose selector falls back (the
+    authors' 1e-5, below) and batches that select a candidate sit side by side."""
+    import kcal.baselines as baselines
+
+    monkeypatch.setattr(baselines, "LOO_CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(5)
+    scales = torch.tensor([0.3, 1.0, 4.0, 12.0], dtype=DT).reshape(-1, 1, 1)
+    logits = (torch.randn(4, 16, 3, generator=g, dtype=DT) * scales).requires_grad_()
+    labels = torch.randint(0, 3, (4, 16), generator=g)
+    fallback = "authors" if flavour == "authors" else "none"
+    probs = torch.softmax(logits, -1)
+    chosen = select_bandwidths(probs, None, fallback)
+    assert chosen.shape == (4,) and chosen.dtype == DT
+    values = ece_kde_stacked(probs, labels, flavour=flavour)
+    (grads,) = torch.autograd.grad(values.sum(), logits)
+    for k in range(4):
+        own = logits.detach()[k].requires_grad_()
+        one = ece_kde(torch.softmax(own, -1), labels[k], flavour=flavour)
+        assert float(chosen[k]) == pytest.approx(
+            select_bandwidth(probs[k].detach(), None, fallback), rel=1e-12
+        )
+        torch.testing.assert_close(
+            loo_log_likelihood(probs.detach(), default_bandwidth_grid(dtype=DT))[k],
+            loo_log_likelihood(probs[k].detach(), default_bandwidth_grid(dtype=DT)), rtol=1e-10, atol=1e-10)  # fmt: skip
+        torch.testing.assert_close(values[k], one, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grads[k], torch.autograd.grad(one, own)[0], rtol=1e-10, atol=1e-12)
+    fixed = ece_kde_stacked(probs.detach(), labels, p=2, bandwidth=0.3, flavour=flavour)
+    for k in range(4):
+        torch.testing.assert_close(fixed[k], ece_kde(probs[k].detach(), labels[k], p=2, bandwidth=0.3, flavour=flavour),
+                                   rtol=1e-10, atol=1e-12)  # fmt: skip
+    spread, _ = _inputs(n=8, m=3, seed=2, scale=1.0)  # every candidate's authors' score is negative: 1e-5
+    pair = torch.stack([torch.softmax(spread, -1), torch.softmax(0.05 * spread, -1)])
+    grid = [1e-4, 1e-3, 1e-2]
+    assert select_bandwidths(pair, grid, "authors").tolist() == pytest.approx([1e-5, 1e-4])
+    assert [select_bandwidth(q, grid, "authors") for q in pair] == pytest.approx([1e-5, 1e-4])
+    with pytest.raises(ValueError, match=r"probs \(K, n, m\) and labels \(K, n\), got \(16, 3\)"):
+        ece_kde_stacked(probs[0], labels[0])
+    with pytest.raises(ValueError, match="pass torch.softmax"):
+        ece_kde_stacked(logits.detach(), labels)

@@ -11,7 +11,8 @@ Inputs: ``probs`` ``(n, m)`` class probabilities (numpy or torch; logits are ref
 ``softmax(logits, -1)``) and ``labels`` ``(n,)`` integer classes, checked by :func:`kcal.inputs.check_probs`
 (``validate_args=False`` skips the value checks and their host synchronisation in a training loop).
 
-Both return scalar tensors differentiable w.r.t. ``probs``. They are vectorised (no Python loops over
+Both return scalar tensors differentiable w.r.t. ``probs``. ``ece_kde_stacked`` is ``ece_kde`` of K batches
+at once (``(K, n, m)`` probabilities, a stack of seed reruns), without a host synchronisation. They are vectorised (no Python loops over
 examples, classes or candidate bandwidths) and use masks/weights instead of boolean indexing, so empty
 groups (e.g. no misclassified example) are handled without special-casing shapes.
 """
@@ -34,10 +35,12 @@ __all__ = [
     "default_bandwidth_grid",
     "dirichlet_log_kernel",
     "ece_kde",
+    "ece_kde_stacked",
     "logsumexp_truncated",
     "loo_log_likelihood",
     "mmce",
     "select_bandwidth",
+    "select_bandwidths",
 ]
 
 
@@ -198,7 +201,8 @@ LOO_CHUNK_ELEMENTS = 1 << 18
 
 
 def loo_log_likelihood(probs: Tensor, grid: Tensor | Sequence[float], authors: bool = False) -> Tensor:
-    """Leave-one-out log-likelihood of the Dirichlet KDE for each candidate bandwidth, shape ``(H,)``.
+    """Leave-one-out log-likelihood of the Dirichlet KDE for each candidate bandwidth: ``probs`` ``(..., n, m)``
+    (leading dimensions: independent batches) gives ``(..., H)``.
 
     Default (proper density): ``LL(h) = sum_i log( 1/(n-1) sum_{j != i} K_h[i, j] )``.
     ``authors=True``: the original selector's objective ``sum_i [logsumexp_{j != i} log K_h[i, j] -
@@ -211,24 +215,25 @@ def loo_log_likelihood(probs: Tensor, grid: Tensor | Sequence[float], authors: b
     """
     probs = torch.as_tensor(probs)
     grid_t = torch.as_tensor(grid, dtype=probs.dtype, device=probs.device).reshape(-1)
-    n = probs.shape[0]
+    n = probs.shape[-2]
     if n < 2:
         raise ValueError(f"leave-one-out bandwidth selection needs at least n=2 examples, got n={n}")
     # below the smallest normal number, probabilities are raised to it: a confident network's softmax
     # underflows to subnormal values, and arithmetic on subnormals is ~10x slower on CPU (the values
     # change by less than 1.2e-38 in float32)
     probs = probs.clamp_min(torch.finfo(probs.dtype).tiny)
-    gram = torch.log(probs) @ probs.transpose(-1, -2)  # G[i, j] = sum_c log f_ic f_jc
+    gram = (torch.log(probs) @ probs.transpose(-1, -2)).unsqueeze(-3)  # G[i, j] = sum_c log f_ic f_jc
+    probs = probs.unsqueeze(-3)  # (..., 1, n, m): the candidates go in the new dimension
     eye = torch.eye(n, dtype=torch.bool, device=probs.device)
-    step = max(1, LOO_CHUNK_ELEMENTS // (n * n))
+    step = max(1, LOO_CHUNK_ELEMENTS // (n * n * math.prod(probs.shape[:-3])))
     lse = []
     for start in range(0, grid_t.numel(), step):
         h = grid_t[start : start + step].reshape(-1, 1, 1)
-        alphas = probs / h + 1.0  # (c, n, m)
-        log_beta = torch.lgamma(alphas).sum(-1) - torch.lgamma(alphas.sum(-1))  # (c, n) indexed by j
+        alphas = probs / h + 1.0  # (..., c, n, m)
+        log_beta = torch.lgamma(alphas).sum(-1) - torch.lgamma(alphas.sum(-1))  # (..., c, n) indexed by j
         logk = (gram / h).sub_(log_beta.unsqueeze(-2)).masked_fill_(eye, float("-inf"))
-        lse.append(logsumexp_truncated(logk, dim=-1))  # (c, n)
-    lse = torch.cat(lse)
+        lse.append(logsumexp_truncated(logk, dim=-1))  # (..., c, n)
+    lse = torch.cat(lse, dim=-2)
     if authors:
         norm = torch.log((n - 1) * grid_t).unsqueeze(-1)
     else:
@@ -248,6 +253,26 @@ def select_bandwidth(
       accepted (the strict ``>`` running maximum starting at 0, so the first maximiser wins), and if none
       qualifies the result is ``max(-1, 1e-5) = 1e-5``.
     """
+    grid_t, ll = _loo_scores(probs, grid, fallback)
+    if fallback == "authors" and not bool((ll > 0).any()):
+        return 1e-5
+    return float(grid_t[int(torch.argmax(ll))])
+
+
+def select_bandwidths(
+    probs: Tensor, grid: Tensor | Sequence[float] | None = None, fallback: str = "none"
+) -> Tensor:
+    """:func:`select_bandwidth` of each batch of ``probs`` ``(..., n, m)`` at once, shape ``(...)``, in the dtype of
+    ``probs`` and without a host synchronisation (the authors' fallback ``1e-5`` in that dtype)."""
+    grid_t, ll = _loo_scores(probs, grid, fallback)
+    best = grid_t[ll.argmax(-1)]
+    if fallback == "authors":
+        best = torch.where((ll > 0).any(-1), best, best.new_tensor(1e-5))
+    return best
+
+
+def _loo_scores(probs: Tensor, grid: Tensor | Sequence[float] | None, fallback: str) -> tuple[Tensor, Tensor]:
+    """The checked grid and the selector's scores ``(..., H)`` (NaN as ``-inf``), under no_grad."""
     if fallback not in ("none", "authors"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: ['authors', 'none']")
     probs = torch.as_tensor(probs)
@@ -261,12 +286,7 @@ def select_bandwidth(
             raise ValueError(f"all candidate bandwidths must be finite and > 0, got {grid_t.tolist()}")
     with torch.no_grad():
         ll = loo_log_likelihood(probs.detach(), grid_t, authors=(fallback == "authors"))
-        ll = torch.nan_to_num(ll, nan=float("-inf"))
-        if fallback == "authors":
-            if not bool((ll > 0).any()):
-                return 1e-5
-            return float(grid_t[int(torch.argmax(ll))])
-        return float(grid_t[int(torch.argmax(ll))])
+        return grid_t, torch.nan_to_num(ll, nan=float("-inf"))
 
 
 ECE_KDE_FLAVOURS = ("kcal", "authors")
@@ -306,25 +326,71 @@ def ece_kde(
       linear space, ``r_ic = sum_j exp(log K_ij) 1{y_j = c} / max(sum_j exp(log K_ij), 1e-10)``, so a row
       whose kernel underflows (frequent at ``h = 1e-5``) gets ``r_i = 0``, in the dtype of ``probs``.
     """
-    if flavour not in ECE_KDE_FLAVOURS:
-        raise ValueError(f"unknown ECE-KDE flavour {flavour!r}; valid: {list(ECE_KDE_FLAVOURS)}")
     probs, labels = check_probs(probs, labels, validate_args=validate_args)
-    n, m = probs.shape
-    if n < 2:
-        raise ValueError(f"ECE-KDE is a leave-one-out estimate and needs at least n=2 examples, got n={n}")
-    p = check_positive("p", p)
+    p = _checked_p(flavour, probs.shape[0], p)
     if bandwidth is None:
         bandwidth = select_bandwidth(probs, bandwidth_grid, "authors" if flavour == "authors" else "none")
     else:
         bandwidth = check_positive("bandwidth", bandwidth)
-    logk = dirichlet_log_kernel(probs, bandwidth)  # (n, n), -inf diagonal
-    y1 = torch.nn.functional.one_hot(labels.long(), m).to(probs.dtype)
+    return _row_errors(probs, labels, p, bandwidth, flavour).mean()
+
+
+def ece_kde_stacked(
+    probs: Tensor,
+    labels: Tensor,
+    p: float = 1,
+    bandwidth: float | None = None,
+    bandwidth_grid: Tensor | Sequence[float] | None = None,
+    flavour: str = "kcal",
+    *,
+    validate_args: bool = True,
+) -> Tensor:
+    """:func:`ece_kde` of K batches at once: ``probs`` ``(K, n, m)``, ``labels`` ``(K, n)``, result ``(K,)``, each
+    batch's bandwidth selected on it (:func:`select_bandwidths`) unless ``bandwidth`` is given. The same formulas
+    in batched operations: each batch's value and gradient equal ``ece_kde`` of it alone to rounding (batched
+    kernels may sum in another order; :mod:`kcal.run.engine` uses this only where a probe finds them equal bit
+    for bit on the device)."""
+    probs, labels = torch.as_tensor(probs), torch.as_tensor(labels)
+    if probs.ndim != 3 or labels.shape != probs.shape[:2]:
+        raise ValueError(
+            f"ece_kde_stacked takes probs (K, n, m) and labels (K, n), got {tuple(probs.shape)} and "
+            f"{tuple(labels.shape)}"
+        )
+    k, n, m = probs.shape
+    flat, flat_labels = check_probs(
+        probs.reshape(k * n, m), labels.reshape(k * n), validate_args=validate_args
+    )
+    probs, labels = flat.reshape(k, n, m), flat_labels.reshape(k, n)
+    p = _checked_p(flavour, n, p)
+    if bandwidth is None:
+        bandwidth = select_bandwidths(probs, bandwidth_grid, "authors" if flavour == "authors" else "none")
+    else:
+        bandwidth = torch.full(
+            (k,), check_positive("bandwidth", bandwidth), dtype=probs.dtype, device=probs.device
+        )
+    return _row_errors(probs, labels, p, bandwidth, flavour).mean(-1)
+
+
+def _checked_p(flavour: str, n: int, p: float) -> float:
+    """``p`` checked, after the flavour and the number of rows ``n`` (a leave-one-out estimate needs two)."""
+    if flavour not in ECE_KDE_FLAVOURS:
+        raise ValueError(f"unknown ECE-KDE flavour {flavour!r}; valid: {list(ECE_KDE_FLAVOURS)}")
+    if n < 2:
+        raise ValueError(f"ECE-KDE is a leave-one-out estimate and needs at least n=2 examples, got n={n}")
+    return check_positive("p", p)
+
+
+def _row_errors(probs: Tensor, labels: Tensor, p: float, bandwidth: float | Tensor, flavour: str) -> Tensor:
+    """``sum_c |r_ic - f_ic|^p`` of every row ``(..., n)`` (:func:`ece_kde`'s ratio ``r``; ``bandwidth`` a number,
+    or one per batch ``(K,)``)."""
+    logk = dirichlet_log_kernel(probs, bandwidth)  # (..., n, n), -inf diagonal
+    y1 = torch.nn.functional.one_hot(labels.long(), probs.shape[-1]).to(probs.dtype)
     if flavour == "authors":
         kern = logk.exp()
         ratio = (kern @ y1) / kern.sum(-1, keepdim=True).clamp_min(AUTHORS_RATIO_FLOOR)
     else:
-        ratio = torch.softmax(logk, dim=-1) @ y1  # (n, m)
+        ratio = torch.softmax(logk, dim=-1) @ y1  # (..., n, m)
     err = (ratio - probs).abs()
     if p != 1.0:
         err = err.pow(p)
-    return err.sum(-1).mean()
+    return err.sum(-1)

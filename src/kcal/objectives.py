@@ -62,6 +62,7 @@ class Objective:
         self.params = dict(self.params)
         check_bandwidths(self.params, prefix=f"objective {self.name!r}: ")
         self.mmd_step = None
+        self._stack_probes: dict[tuple, bool] = {}
         if self.regularizer == "mmd":
             from kcal.mmd import MMDStep, classification_mmd
 
@@ -101,6 +102,43 @@ class Objective:
         from kcal.baselines import ece_kde
 
         return ece_kde(probs, y, **self.params, validate_args=False)
+
+    def stack_exact(self, outputs: torch.Tensor) -> bool:
+        """Whether :meth:`stacked_regularization` gives each member of ``outputs`` ``(K, n, m)`` (a stack of seed
+        reruns' logits) its own :meth:`regularization`'s value and gradients bit for bit on their device: a probe
+        on random logits of these shapes, once per shape, dtype and device. Only ECE-KDE has a batched form
+        (:func:`kcal.baselines.ece_kde_stacked`; on this project's CPU the probe passes); the MMD has its own
+        (:meth:`kcal.mmd.steps.MMDStep.stack_exact`), and MMCE's batched products round its gradients otherwise."""
+        if self.regularizer != "kde" or self.weight == 0 or outputs.dim() != 3:
+            return False
+        key = (tuple(outputs.shape), outputs.dtype, outputs.device)
+        if key not in self._stack_probes:
+            with torch.enable_grad():
+                self._stack_probes[key] = self._probe_stack(*key)
+        return self._stack_probes[key]
+
+    def _probe_stack(self, shape: tuple, dtype, device) -> bool:
+        g = torch.Generator().manual_seed(0)
+        logits = (4.0 * torch.randn(shape, generator=g, dtype=dtype)).to(device).requires_grad_()
+        y = torch.randint(0, shape[-1], shape[:-1], generator=g).to(device)
+        values = self.stacked_regularization(logits, y)
+        (grads,) = torch.autograd.grad(values.sum(), logits)
+        for i in range(shape[0]):
+            own = logits.detach()[i].requires_grad_()
+            one = self.regularization(own, None, y[i])
+            if not (
+                torch.equal(one.detach(), values[i].detach())
+                and torch.equal(torch.autograd.grad(one, own)[0], grads[i])
+            ):
+                return False
+        return True
+
+    def stacked_regularization(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``(K,)`` regularisers of K members' logits ``(K, n, m)`` and labels ``(K, n)`` in one batched call (ECE-KDE
+        only; where :meth:`stack_exact`, each equals the member's own :meth:`regularization` bit for bit)."""
+        from kcal.baselines import ece_kde_stacked
+
+        return ece_kde_stacked(torch.softmax(outputs, dim=-1), y, **self.params, validate_args=False)
 
     @property
     def uses_noise(self) -> bool:

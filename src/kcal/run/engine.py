@@ -260,9 +260,11 @@ class Engine:
         return sums / max(nb, 1)
 
     def _stacked_regularizer(self, outputs, xb, yb, const) -> torch.Tensor:
-        """(K,) regularisers of the active members: the MMD in one batched call where a probe finds it exact
-        on the device (:meth:`kcal.mmd.steps.MMDStep.stack_exact`; each member's draws from its own
-        generator), any other member by member."""
+        """(K,) regularisers of the active members: the MMD and ECE-KDE in one batched call where a probe finds it
+        exact on the device (:meth:`kcal.mmd.steps.MMDStep.stack_exact`, each member's draws from its own
+        generator; :meth:`kcal.objectives.Objective.stack_exact`), any other member by member."""
+        if self.objective.stack_exact(outputs):
+            return self.objective.stacked_regularization(outputs, yb)
         step = self.objective.mmd_step
         if const is not None and step is not None and step.stack_exact(outputs):
             eps = None

@@ -32,9 +32,10 @@ Bit-identity on CPU, by construction or by probe:
   results can depend on a block's alignment) shows that they equal ``F.linear``/``F.batch_norm`` and their
   autograd for each member alone; otherwise that part runs member by member with the single model's own
   formulas (:func:`kcal.run.stacked_net.linear_plan`, :func:`~kcal.run.stacked_net.batch_norm_plan`);
-* the base loss is ``torch.func.vmap`` of :meth:`Objective.base` (gradients identical); the MMD is one
-  batched call (:meth:`kcal.mmd.steps.MMDStep.stacked`) where a probe finds it exact on the device
-  (:meth:`~kcal.mmd.steps.MMDStep.stack_exact`), and any other regulariser is evaluated per member with
+* the base loss is ``torch.func.vmap`` of :meth:`Objective.base` (gradients identical); the MMD and ECE-KDE
+  are one batched call (:meth:`kcal.mmd.steps.MMDStep.stacked`, :meth:`Objective.stacked_regularization`)
+  where a probe finds it exact on the device (:meth:`~kcal.mmd.steps.MMDStep.stack_exact`,
+  :meth:`Objective.stack_exact`), and any other regulariser (or where the probe fails) is evaluated per member with
   :meth:`Objective.regularization` itself (not under ``vmap``, which would take another, numerically
   different path);
 * evaluation (validation, DCE curves) calls the single network's own ``forward`` per member through
