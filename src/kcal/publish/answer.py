@@ -249,7 +249,7 @@ def readme_summary(
     claims = f"{link.rsplit('/', 1)[0]}/claims.md" if "/" in link else "claims.md"
     lines.append(
         f"- **The paper's claims** ([claims.md]({claims}): each claim's sentence, its reading and its rule; *exact*: "
-        f"the paper's definitions on kcal's splits, *official*: the authors' code's), by kcal's rules: "
+        f"the paper's definitions, *official*: the authors' code's, on the same predictions), by kcal's rules: "
         f"{'. '.join(verdicts)}."
         + (
             f" On the paper's own numbers the same rules give {own} (the paper's counter-examples: claims.md)."
@@ -261,7 +261,7 @@ def readme_summary(
     for flavour in FLAVOURS:
         part = classes[classes["flavour"] == flavour]
         counts = part["class"].value_counts()
-        cells.append(f"{flavour} {int(counts.get(CELL_CLASSES[0], 0))} of {len(part)} within 2 seed SE, "
+        cells.append(f"{flavour} {int(counts.get(CELL_CLASSES[0], 0))} of {len(part)} within 2 combined seed SE, "
                      f"{int(counts.get(CELL_CLASSES[1], 0))} more within the protocol's spread")  # fmt: skip
     lines.append(f"- **The paper's tables**, cell by cell: {'; '.join(cells)}.")
     if not kernels.empty:

@@ -547,7 +547,7 @@ def check(dest: Path) -> list[str]:
 
 @exits_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kcal report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="kcal report", description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument(
         "root",
         type=Path,
