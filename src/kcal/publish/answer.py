@@ -270,6 +270,9 @@ def readme_summary(
         others = (f" (in the replicates of the protocol: {int(off[~is_pub].sum())} of {int((~is_pub).sum())})"
                   if (~is_pub).any() else "")  # fmt: skip
         lines.append(f"- **Why**: in {int(off[is_pub].sum())} of {int(is_pub.sum())} selected MMD configurations of the "
-                     f"published run{others} the kernels switch the regulariser off, so each such regularised row "
-                     "is in effect its baseline with other hyperparameters.")  # fmt: skip
+                     f"published run{others} the kernels switch the regulariser off (an x-kernel below 1e-10 "
+                     "between two rows, or a class kernel above 0.9 between two classes: "
+                     f"[Selected configurations]({link}#selected-configurations)), so each such regularised row "
+                     "is in effect its baseline with other hyperparameters. What it does when it acts: "
+                     f"[the regularisation paths]({link}#when-the-regulariser-acts-regularisation-paths).")  # fmt: skip
     return "\n".join(lines)
