@@ -423,6 +423,19 @@ def test_ece_kde_stacked_is_ece_kde_of_each_batch(monkeypatch, chunk, flavour):
     grid = [1e-4, 1e-3, 1e-2]
     assert select_bandwidths(pair, grid, "authors").tolist() == pytest.approx([1e-5, 1e-4])
     assert [select_bandwidth(q, grid, "authors") for q in pair] == pytest.approx([1e-5, 1e-4])
+    pair_logits = torch.stack(
+        [spread, 0.05 * spread]
+    ).requires_grad_()  # a fallback member beside a selecting one
+    pair_labels = torch.randint(0, 3, (2, 8), generator=g)
+    values = ece_kde_stacked(
+        torch.softmax(pair_logits, -1), pair_labels, bandwidth_grid=grid, flavour=flavour
+    )
+    (grads,) = torch.autograd.grad(values.sum(), pair_logits)
+    for k in range(2):
+        own = pair_logits.detach()[k].requires_grad_()
+        one = ece_kde(torch.softmax(own, -1), pair_labels[k], bandwidth_grid=grid, flavour=flavour)
+        torch.testing.assert_close(values[k], one, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grads[k], torch.autograd.grad(one, own)[0], rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match=r"probs \(K, n, m\) and labels \(K, n\), got \(16, 3\)"):
         ece_kde_stacked(probs[0], labels[0])
     with pytest.raises(ValueError, match="pass torch.softmax"):

@@ -239,3 +239,46 @@ def test_the_trainer_weights_the_base_loss_in_its_steps_and_in_val_loss(tmp_path
     default.train_epoch(), without.train_epoch()
     for a, b in zip(default.net.parameters(), without.net.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_stack_probe_refuses_a_batched_ece_kde_one_ulp_off_and_probes_once_per_shape(monkeypatch):
+    """Objective.stack_exact: a batched ECE-KDE whose value, gradient or bandwidth scores differ from the members'
+    own by one ulp is refused (the engine then takes the members one by one); the probe runs once per shape and
+    parameters. Whether the true batched call passes depends on the CPU's kernels, so it is not asserted here."""
+    import kcal.baselines as baselines
+
+    def kde(**params):
+        return Objective(
+            "xe_kde",
+            "classification",
+            "kde",
+            1.0,
+            {"p": 1, "bandwidth": None, "flavour": "authors", **params},
+        )
+
+    real = Objective.stacked_regularization
+    monkeypatch.setattr(
+        Objective,
+        "stacked_regularization",
+        lambda self, o, y: torch.nextafter(real(self, o, y), torch.tensor(1.0)),
+    )
+    assert not kde().stack_exact(torch.zeros(4, 16, 2))  # the value one ulp up
+    monkeypatch.setattr(Objective, "stacked_regularization", real)
+    loo = baselines.loo_log_likelihood
+
+    def stack_off(probs, grid, authors=False):  # the stack's scores one ulp off, the members' own as they are
+        out = loo(probs, grid, authors)
+        return torch.nextafter(out, torch.full_like(out, float("inf"))) if probs.dim() == 3 else out
+
+    monkeypatch.setattr(baselines, "loo_log_likelihood", stack_off)
+    assert not kde().stack_exact(torch.zeros(4, 16, 2))  # the scores one ulp off: the bandwidths could differ
+    monkeypatch.setattr(baselines, "loo_log_likelihood", loo)
+    calls = []
+    probe = Objective._probe_stack
+    monkeypatch.setattr(Objective, "_probe_stack", lambda self, *key: calls.append(key) or probe(self, *key))
+    objective = kde()
+    for shape in [(4, 16, 2), (4, 16, 2), (3, 16, 2)]:
+        objective.stack_exact(torch.zeros(shape))
+    assert [key[0] for key in calls] == [(4, 16, 2), (3, 16, 2)]
+    assert not Objective("xe_mmce", "classification", "mmce", 1.0, {}).stack_exact(torch.zeros(4, 16, 2))
+    assert not kde().stack_exact(torch.zeros(16, 2))  # one member's outputs: nothing to stack

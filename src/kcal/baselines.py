@@ -12,7 +12,8 @@ Inputs: ``probs`` ``(n, m)`` class probabilities (numpy or torch; logits are ref
 (``validate_args=False`` skips the value checks and their host synchronisation in a training loop).
 
 Both return scalar tensors differentiable w.r.t. ``probs``. ``ece_kde_stacked`` is ``ece_kde`` of K batches
-at once (``(K, n, m)`` probabilities, a stack of seed reruns), without a host synchronisation. They are vectorised (no Python loops over
+at once (``(K, n, m)`` probabilities, a stack of seed reruns), without a host synchronisation (with the default
+grid and ``validate_args=False``). They are vectorised (no Python loops over
 examples, classes or candidate bandwidths) and use masks/weights instead of boolean indexing, so empty
 groups (e.g. no misclassified example) are handled without special-casing shapes.
 """
@@ -263,7 +264,7 @@ def select_bandwidths(
     probs: Tensor, grid: Tensor | Sequence[float] | None = None, fallback: str = "none"
 ) -> Tensor:
     """:func:`select_bandwidth` of each batch of ``probs`` ``(..., n, m)`` at once, shape ``(...)``, in the dtype of
-    ``probs`` and without a host synchronisation (the authors' fallback ``1e-5`` in that dtype)."""
+    ``probs`` (the authors' fallback ``1e-5`` too) and, with the default grid, without a host synchronisation."""
     grid_t, ll = _loo_scores(probs, grid, fallback)
     best = grid_t[ll.argmax(-1)]
     if fallback == "authors":

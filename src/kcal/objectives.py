@@ -106,21 +106,27 @@ class Objective:
     def stack_exact(self, outputs: torch.Tensor) -> bool:
         """Whether :meth:`stacked_regularization` gives each member of ``outputs`` ``(K, n, m)`` (a stack of seed
         reruns' logits) its own :meth:`regularization`'s value and gradients bit for bit on their device: a probe
-        on random logits of these shapes, once per shape, dtype and device. Only ECE-KDE has a batched form
-        (:func:`kcal.baselines.ece_kde_stacked`; on this project's CPU the probe passes); the MMD has its own
-        (:meth:`kcal.mmd.steps.MMDStep.stack_exact`), and MMCE's batched products round its gradients otherwise."""
+        on random logits of these shapes, once per shape, dtype, device, parameters and thread count; with the
+        bandwidth chosen per batch, the selector's leave-one-out scores must agree too (a near-tie on real data
+        would otherwise pick another bandwidth). Only ECE-KDE has a batched form
+        (:func:`kcal.baselines.ece_kde_stacked`; on this project's CPU the probe passes for two and three classes,
+        not from four); the MMD has its own (:meth:`kcal.mmd.steps.MMDStep.stack_exact`), and MMCE's batched
+        products round its gradients otherwise."""
         if self.regularizer != "kde" or self.weight == 0 or outputs.dim() != 3:
             return False
-        key = (tuple(outputs.shape), outputs.dtype, outputs.device)
+        key = (tuple(outputs.shape), outputs.dtype, outputs.device, repr(sorted(self.params.items())),
+               torch.get_num_threads())  # fmt: skip
         if key not in self._stack_probes:
             with torch.enable_grad():
-                self._stack_probes[key] = self._probe_stack(*key)
+                self._stack_probes[key] = self._probe_stack(*key[:3])
         return self._stack_probes[key]
 
     def _probe_stack(self, shape: tuple, dtype, device) -> bool:
         g = torch.Generator().manual_seed(0)
         logits = (4.0 * torch.randn(shape, generator=g, dtype=dtype)).to(device).requires_grad_()
         y = torch.randint(0, shape[-1], shape[:-1], generator=g).to(device)
+        if self.params.get("bandwidth") is None and not self._same_scores(torch.softmax(logits.detach(), -1)):
+            return False
         values = self.stacked_regularization(logits, y)
         (grads,) = torch.autograd.grad(values.sum(), logits)
         for i in range(shape[0]):
@@ -132,6 +138,22 @@ class Objective:
             ):
                 return False
         return True
+
+    def _same_scores(self, probs: torch.Tensor) -> bool:
+        """Whether the bandwidth selector's leave-one-out scores of the stack ``probs`` ``(K, n, m)`` equal each
+        member's own, bit for bit."""
+        from kcal.baselines import default_bandwidth_grid, loo_log_likelihood
+
+        grid = self.params.get("bandwidth_grid")
+        grid = (
+            default_bandwidth_grid(probs.dtype, probs.device)
+            if grid is None
+            else torch.as_tensor(grid).to(probs)
+        )
+        authors = self.params.get("flavour") == "authors"
+        scores = torch.nan_to_num(loo_log_likelihood(probs, grid, authors))
+        return all(torch.equal(scores[i], torch.nan_to_num(loo_log_likelihood(probs[i], grid, authors)))
+                   for i in range(probs.shape[0]))  # fmt: skip
 
     def stacked_regularization(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(K,)`` regularisers of K members' logits ``(K, n, m)`` and labels ``(K, n)`` in one batched call (ECE-KDE

@@ -110,6 +110,13 @@ def test_processes_share_a_dataset_point_by_point_and_never_train_a_point_twice(
     record = json.loads(layout.path_record(out, "xe_mmd").read_text())
     assert [p["train_seconds"] > 0 for p in record["points"]] == [True, False, True]  # its own seconds only
     assert "3 points finished" in err
+    # the other process writes the same record when it is done: its seconds and commit join this one's
+    mine = [(p["train_seconds"], p["commits"]) for p in record["points"]]
+    path = [paths.Point(out, "xe", 0.0, [0, 1]), ten, thirty]
+    paths.write_path(cfg, "xe_mmd", path, start, info, {("xe_mmd", 10.0): 7.5}, "0ther00")
+    merged = json.loads(layout.path_record(out, "xe_mmd").read_text())["points"]
+    assert merged[1]["train_seconds"] == pytest.approx(7.5) and merged[1]["commits"] == ["0ther00"]
+    assert [(p["train_seconds"], p["commits"]) for p in merged[::2]] == mine[::2]  # this process's, kept
 
 
 def test_bad_path_settings_are_refused_in_one_line(tmp_path):
@@ -148,6 +155,10 @@ def test_a_path_goes_on_until_the_regulariser_dominates(tmp_path, capsys):
     assert "xe_mmd: share" in capsys.readouterr().err
     record = json.loads(layout.path_record(layout.paths_dir(tmp_path, "heart-disease"), "xe_mmd").read_text())
     assert record["grid"] == [0.0, 10.0, 30.0] and record["grid_config"] == [10]
+    further = [*HEART[:-1], "paths.max_extension=2", f"root={tmp_path}", "paths.dominant_share=1e9"]
+    run_paths(compose_cfg("paths", *further))  # resumed: λ = 30, finished before, is not this run's new work
+    err = capsys.readouterr().err
+    assert "xe_mmd λ=100: 2 seeds in" in err and "by another process" not in err and "paths 50%" not in err
     table = pd.read_csv(run_paths(compose_cfg("paths", *over, "paths.dominant_share=1e-9"))["xe_mmd"])
     assert sorted(set(table["weight"])) == [0.0, 10.0]  # dominant at λ = 10 already: no further point
 

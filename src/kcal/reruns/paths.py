@@ -18,7 +18,8 @@ so the command resumes where it stopped. Progress goes to stderr, one line per p
 
 Several processes may run one dataset's paths at once (the same command, one a core, on the same root): a process
 trains a point only while it holds the point's claim (:func:`kcal.core.layout.claim_file`, a lock file beside the
-point's folder, :class:`filelock.FileLock`; the OS releases it when the process ends, killed or not). A point
+point's folder, :class:`filelock.FileLock`; the OS releases it when the process ends, killed or not; on a
+filesystem without ``flock`` filelock falls back to a lock file that a killed process leaves behind: delete it). A point
 another process holds is passed over: each process goes path by path through the points nobody holds, comes back
 to a path once the other process has finished its points, and waits for one only when no path can go on without
 it. Progress then counts the points every process finished. Per regulariser it writes, once its path is complete:
@@ -311,7 +312,8 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
                 return True
             t0, cpu, n = time.perf_counter(), time.process_time(), len(point.pending())
             run_cfg = point_config(start, point.objective, point.weight)
-            spent[(point.objective, point.weight)] = train_point(point, run_cfg, info, cfg)
+            key = (point.objective, point.weight)
+            spent[key] = spent.get(key, 0.0) + train_point(point, run_cfg, info, cfg)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
         finally:
             claim.release()
@@ -336,6 +338,8 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
             points.append(Point(out, name, next_weight(points[-1].weight), seeds))
             if points[-1].pending():
                 progress.total += 1
+            else:  # finished before this run, or by another process before this one came to it: not new work
+                counted.add((name, points[-1].weight))
             say(dataset, f"{name}: share {top_share(points[:-1]):.2g} at λ={points[-2].weight:g}, below "
                          f"{dominant:g}: the path goes on to λ={points[-1].weight:g}")  # fmt: skip
             if not train(points[-1], wait):
