@@ -63,6 +63,9 @@ class Objective:
         check_bandwidths(self.params, prefix=f"objective {self.name!r}: ")
         self.mmd_step = None
         self._stack_probes: dict[tuple, bool] = {}
+        self._params_key = repr(
+            sorted(self.params.items())
+        )  # the parameters, fixed from here on (as mmd_step)
         if self.regularizer == "mmd":
             from kcal.mmd import MMDStep, classification_mmd
 
@@ -114,8 +117,7 @@ class Objective:
         products round its gradients otherwise."""
         if self.regularizer != "kde" or self.weight == 0 or outputs.dim() != 3:
             return False
-        key = (tuple(outputs.shape), outputs.dtype, outputs.device, repr(sorted(self.params.items())),
-               torch.get_num_threads())  # fmt: skip
+        key = (tuple(outputs.shape), outputs.dtype, outputs.device, self._params_key, torch.get_num_threads())
         if key not in self._stack_probes:
             with torch.enable_grad():
                 self._stack_probes[key] = self._probe_stack(*key[:3])
