@@ -108,15 +108,42 @@ def test_processes_share_a_dataset_point_by_point_and_never_train_a_point_twice(
     assert "xe_mmd λ=30: 2 seeds in" in err and "(+1 by another process) | paths 99%" in err
     assert sorted(set(table["weight"])) == [0.0, 10.0, 30.0] and set(table["n"]) == {2}
     record = json.loads(layout.path_record(out, "xe_mmd").read_text())
-    assert [p["train_seconds"] > 0 for p in record["points"]] == [True, False, True]  # its own seconds only
     assert "3 points finished" in err
-    # the other process writes the same record when it is done: its seconds and commit join this one's
-    mine = [(p["train_seconds"], p["commits"]) for p in record["points"]]
-    path = [paths.Point(out, "xe", 0.0, [0, 1]), ten, thirty]
-    paths.write_path(cfg, "xe_mmd", path, start, info, {("xe_mmd", 10.0): 7.5}, "0ther00")
-    merged = json.loads(layout.path_record(out, "xe_mmd").read_text())["points"]
-    assert merged[1]["train_seconds"] == pytest.approx(7.5) and merged[1]["commits"] == ["0ther00"]
-    assert [(p["train_seconds"], p["commits"]) for p in merged[::2]] == mine[::2]  # this process's, kept
+    # every point's seconds and commit, the one the other process trained too: read from its seeds' run.json
+    assert [p["train_seconds"] > 0 for p in record["points"]] == [True, True, True]
+    assert [p["commits"] for p in record["points"]] == [[record["commit"]]] * 3
+
+
+@needs("heart-disease")
+def test_a_record_keeps_the_seconds_and_commits_of_points_a_stopped_run_trained(tmp_path):
+    from kcal.reruns import paths
+
+    cfg = compose_cfg("paths", *HEART, f"root={tmp_path}")
+    out = layout.paths_dir(tmp_path, "heart-disease")
+    start, info = paths.start_config(cfg)
+    ten = paths.Point(out, "xe_mmd", 10.0, [0, 1])
+    paths.train_point(ten, paths.point_config(start, "xe_mmd", 10.0), info, cfg)  # a run stopped after λ = 10
+    stack = json.loads((ten.dirs[0] / layout.RUN_INFO_FILE).read_text())
+    assert stack["commit"] and stack["vectorized"]["seeds"] == [0, 1]
+    paths.run_paths(cfg)
+    zero, point = json.loads(layout.path_record(out, "xe_mmd").read_text())["points"]
+    assert point["train_seconds"] == pytest.approx(stack["vectorized"]["chunk_train_seconds"], abs=1e-3)
+    assert point["commits"] == [stack["commit"]] and zero["commits"] == [stack["commit"]]
+    # seeds trained before run.json recorded a commit: the commits an earlier record named for the point stand,
+    # λ = 0's from any path's record (every path shares it)
+    for d in [*ten.dirs, *paths.Point(out, "xe", 0.0, [0, 1]).dirs]:
+        info_file = d / layout.RUN_INFO_FILE
+        info_file.write_text(
+            json.dumps({k: v for k, v in json.loads(info_file.read_text()).items() if k != "commit"})
+        )
+    other = layout.path_record(out, "xe_kde")
+    other.write_text(
+        json.dumps({"base": "xe", "objective": "xe_kde", "points": [{"weight": 0, "commits": ["0ld"]}]})
+    )
+    paths.run_paths(cfg)
+    zero, point = json.loads(layout.path_record(out, "xe_mmd").read_text())["points"]
+    assert point["commits"] == [stack["commit"]] and zero["commits"] == sorted(["0ld", stack["commit"]])
+    assert point["train_seconds"] > 0
 
 
 def test_bad_path_settings_are_refused_in_one_line(tmp_path):

@@ -30,7 +30,9 @@ it. Progress then counts the points every process finished. Per regulariser it w
   ``λ |reg| / |base|``);
 * ``<root>/paths/<dataset>/<objective>.json``: how it was made (:func:`path_record`): the command, the commit, the
   start, the grid, the seeds, the resolved objective parameters (the bandwidths actually used), the kernels'
-  check (:func:`kernel_check`) and, per point, the share's quartiles over seeds and the training wall time.
+  check (:func:`kernel_check`) and, per point, the share's quartiles over seeds and the wall seconds and commits
+  that trained its seeds, read from their ``run.json`` (:func:`trainings`: a process stopped before a path was
+  complete loses neither).
 
 ``kcal report --paths <root> docs/results/full`` publishes them (:mod:`kcal.publish.tradeoff`).
 """
@@ -58,8 +60,8 @@ from kcal.core.progress import Progress, cpu_note, duration
 from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.kernels import rbf
-from kcal.reruns.reevaluate import checkout_commit
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
+from kcal.run.artifacts import checkout_commit
 from kcal.sweep.fingerprint import check_seeds
 from kcal.sweep.search import reg_share
 
@@ -241,29 +243,59 @@ def say(dataset: str, text: str) -> None:
     print(f"[paths {dataset}] {text}", file=sys.stderr, flush=True)
 
 
-def earlier_points(path: Path) -> dict[float, dict]:
-    """The points an earlier run recorded in a path's record, by λ (a resumed point adds to their seconds and
-    commits)."""
-    if not path.is_file():
-        return {}
-    return {float(p["weight"]): p for p in json.loads(path.read_text()).get("points", [])}
+def earlier_points(out: Path) -> dict[tuple[str, float], dict]:
+    """The points the dataset's path records (in ``out``) list, by (objective, λ), λ = 0 under the unregularised
+    objective every path shares: the commits they name stand for seeds whose ``run.json`` records none (trained
+    before it did)."""
+    points: dict[tuple[str, float], dict] = {}
+    for path in sorted(out.glob("*.json")):
+        record = json.loads(path.read_text())
+        if not {"base", "objective", "points"} <= set(record):
+            continue
+        for p in record.get("points", []):
+            key = (record["base"] if float(p["weight"]) == 0 else record["objective"], float(p["weight"]))
+            seen = points.setdefault(key, {"commits": [], "train_seconds": 0.0})
+            seen["commits"] = sorted(set(seen["commits"]) | set(p.get("commits", [])))
+            seen["train_seconds"] = max(seen["train_seconds"], float(p.get("train_seconds", 0.0)))
+    return points
 
 
-def point_entry(point: Point, earlier: dict, seconds: float, commit: str) -> dict:
-    """A point of a path's record: its finished seeds, the share's quartiles over seeds at the best epoch, the
-    wall seconds spent training it (over every run that trained some of its seeds) and those runs' commits."""
-    commits = list(earlier.get("commits", []))
-    if seconds > 0 and commit not in commits:
-        commits.append(commit)
+def trainings(point: Point) -> tuple[float, list[str]]:
+    """The wall seconds the point's finished seeds took to train and the commits that trained them, read from each
+    seed's ``run.json`` (:mod:`kcal.run.artifacts`), whichever process trained them, stopped or not: a stack of
+    seeds (``vectorized``) is counted once, at its ``chunk_train_seconds``."""
+    seconds, stacks, commits = 0.0, set(), set()
+    for d in point.dirs:
+        info_file = d / layout.RUN_INFO_FILE
+        if not layout.is_finished(d) or not info_file.is_file():
+            continue
+        info = json.loads(info_file.read_text())
+        stack = info.get("vectorized")
+        if stack is None:
+            seconds += float(info.get("train_seconds", 0.0))
+        elif (key := (tuple(stack["seeds"]), stack["chunk_train_seconds"])) not in stacks:
+            stacks.add(key)
+            seconds += float(stack["chunk_train_seconds"])
+        if info.get("commit"):
+            commits.add(info["commit"])
+    return seconds, sorted(commits)
+
+
+def point_entry(point: Point, earlier: dict) -> dict:
+    """A point of a path's record: its finished seeds, the share's quartiles over seeds at the best epoch, and the
+    wall seconds and commits of the trainings of its seeds (:func:`trainings`); ``earlier``: the point in the record
+    written before, whose commits stand for seeds whose ``run.json`` records none (trained before it did)."""
+    seconds, commits = trainings(point)
+    commits = sorted(set(commits) | set(earlier.get("commits", [])))
     return {"weight": point.weight, "finished": len(point.seeds) - len(point.pending()),
             "reg_share": quartiles(shares(point.dirs)) if point.weight > 0 else None,
-            "train_seconds": round(float(earlier.get("train_seconds", 0.0)) + seconds, 1), "commits": commits}  # fmt: skip
+            "train_seconds": round(seconds or float(earlier.get("train_seconds", 0.0)), 3), "commits": commits}  # fmt: skip
 
 
 def path_record(cfg: DictConfig, objective: str, start: dict, points: list[dict], params: dict,
                 kernels: dict, commit: str) -> dict:  # fmt: skip
     """The ``<objective>.json`` record of one path (module docstring); ``points``: :func:`point_entry` each;
-    ``commit``: the checkout's when this run started (each point lists the commits of the runs that trained it)."""
+    ``commit``: the checkout's of the run that writes it (each point lists the commits that trained its seeds)."""
     return {
         "dataset": cfg.dataset.name, "objective": objective, "base": base_objective(cfg.dataset.name),
         "command": " ".join(["kcal paths", *sys.argv[1:]]), "commit": commit,
@@ -297,7 +329,6 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
                  f"writing to {out}")  # fmt: skip
     progress = Progress(len(left), "paths")
     counted = {(p.objective, p.weight) for p in todo if not p.pending()}
-    spent: dict[tuple[str, float], float] = {}
     told: set[Path] = set()  # the points said to be another process's (said once)
 
     def train(point: Point, wait: bool) -> bool:
@@ -312,8 +343,7 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
                 return True
             t0, cpu, n = time.perf_counter(), time.process_time(), len(point.pending())
             run_cfg = point_config(start, point.objective, point.weight)
-            key = (point.objective, point.weight)
-            spent[key] = spent.get(key, 0.0) + train_point(point, run_cfg, info, cfg)
+            train_point(point, run_cfg, info, cfg)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
         finally:
             claim.release()
@@ -352,7 +382,7 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
     while waiting:  # one process: a single round, path by path; beside others: until their points are done
         for name in waiting:
             if complete(name, wait=False):
-                written[name] = write_path(cfg, name, paths[name], start, info, spent, commit)
+                written[name] = write_path(cfg, name, paths[name], start, info, commit)
                 say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
         if all(name not in written for name in waiting):  # every path waits for another process: wait on one
             complete(waiting[0], wait=True)
@@ -383,7 +413,7 @@ def take_claim(point: Point, wait: bool, dataset: str, told: set[Path]) -> FileL
 
 
 def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfig, info: dict,
-               spent: dict[tuple[str, float], float], commit: str) -> Path:  # fmt: skip
+               commit: str) -> Path:  # fmt: skip
     """Write one finished path's table and record (module docstring); return the table's path."""
     out = layout.paths_dir(cfg.root, cfg.dataset.name)
     table = pd.concat([point_rows(p, cfg.dataset.name, name) for p in points], ignore_index=True)
@@ -393,12 +423,15 @@ def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfi
                            int(cfg.paths.kernel_batches))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(layout.claim_file(record_path)):  # another process may write the same path: one at a time
-        earlier = earlier_points(record_path)  # read under the claim: the other process's seconds and commits
-        entries = [point_entry(p, earlier.get(p.weight, {}), spent.get((p.objective, p.weight), 0.0), commit)
-                   for p in points]  # fmt: skip
+        earlier = earlier_points(out)  # every record as written before (each written whole: atomically)
+        entries = [point_entry(p, earlier.get((p.objective, p.weight), {})) for p in points]
         table.to_csv(table_path, index=False)
         record = path_record(cfg, name, info, entries, prep.objective.params, kernels, commit)
-        record_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        tmp = record_path.with_name(
+            record_path.name + ".tmp"
+        )  # whole or absent: other paths' writers read it
+        tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        tmp.replace(record_path)
     return table_path
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,18 +31,7 @@ from kcal.core.errors import exits_on_user_error
 from kcal.core.plotting import load_predictions
 from kcal.data import get_spec
 from kcal.evaluation import official_from_predictions
-from kcal.run.artifacts import write_metrics
-
-
-def checkout_commit() -> str:
-    """The commit of the kcal checkout this runs from (``unknown`` for an installed wheel)."""
-    src = Path(kcal.__file__).resolve().parent
-    try:
-        done = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True)  # fmt: skip
-        return done.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+from kcal.run.artifacts import checkout_commit, write_metrics
 
 
 def missing_predictions(root: Path, datasets: list[str] | None = None) -> list[Path]:

@@ -3,7 +3,7 @@
 * ``config.yaml``: the resolved config (:func:`save_config`);
 * ``metrics.json``: the evaluation of the best weights, deterministic (same config and seed give the
   same file on CPU), written last and atomically: its presence marks a finished run;
-* ``run.json``: timings, device, versions, data sources;
+* ``run.json``: timings, device, versions, the commit of the code (:func:`checkout_commit`), data sources;
 * ``history.csv``: one row per epoch (:func:`write_history`);
 * ``predictions.npz``: val/test predictions, so figures can be redrawn without training;
 * ``figures/``: per-run figures when ``figures: true`` (:func:`kcal.run.plots.draw_run_figures`);
@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +38,19 @@ from kcal.run.plots import draw_run_figures
 from kcal.run.setup import Prepared
 
 log = logging.getLogger(__name__)
+
+
+@cache
+def checkout_commit() -> str:
+    """The commit of the kcal checkout this process runs (``unknown`` for an installed wheel), read once: the code a
+    process runs is the code it imported, whatever the checkout moves to meanwhile."""
+    src = Path(__file__).resolve().parent
+    try:
+        done = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True)  # fmt: skip
+        return done.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def save_config(cfg: DictConfig, out: Path) -> None:
@@ -117,7 +132,8 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
     run_info = {
         "train_seconds": result.train_seconds, "seconds_per_epoch": result.train_seconds / max(result.epochs, 1),
         "device": str(next(model.parameters()).device), "torch": torch.__version__,
-        "pytorch_lightning": pl.__version__, "command": " ".join(sys.argv), "data_sources": data.info.sources,
+        "pytorch_lightning": pl.__version__, "command": " ".join(sys.argv), "commit": checkout_commit(),
+        "data_sources": data.info.sources,
         **(extra_run_info or {}),
     }  # fmt: skip
     (out / layout.RUN_INFO_FILE).write_text(json.dumps(run_info, indent=1) + "\n")
