@@ -142,3 +142,11 @@ def test_dataset_line_spread_moves_and_the_readme_summary(published):
                 rf"own numbers the same rules give [^.]*{s.paper.verdict} [^.;]*\b{s.id}\b", summary
             )
     assert "reject" not in summary
+    for s in summaries:  # a supported claim judged on fewer datasets than the paper's says on how many
+        for flavour in FLAVOURS:
+            ours, theirs = len(s.ours[flavour].judged), len(s.paper.judged)
+            if s.ours[flavour].verdict == SUPPORTED and ours < theirs:
+                assert re.search(
+                    rf"{flavour}: [^.]*{SUPPORTED} [^.;]*{s.id} \(on {ours} of its {theirs} datasets\)",
+                    summary,
+                )

@@ -232,6 +232,14 @@ def ids_by_verdict(pairs) -> str:
     return "; ".join(f"{w} {', '.join(ids)}" for w, ids in groups.items())
 
 
+def covered(s: ClaimSummary, flavour: str) -> str:
+    """A claim's id, and for a supported claim judged on fewer datasets than the paper's, on how many: support on
+    the datasets that run is not support on the paper's."""
+    ours, theirs = len(s.ours[flavour].judged), len(s.paper.judged)
+    partial = s.ours[flavour].verdict == SUPPORTED and ours < theirs
+    return f"{s.id} (on {ours} of its {theirs} datasets)" if partial else s.id
+
+
 def readme_summary(
     summaries: Sequence[ClaimSummary], classes: pd.DataFrame, kernels: pd.DataFrame, link: str
 ) -> str:
@@ -242,7 +250,7 @@ def readme_summary(
              f"run offline: {', '.join(ran)}). The answer, each dataset's causes and the conventions: "
              f"[RESULTS.md]({link})."]  # fmt: skip
     verdicts = [
-        f"{flavour}: {ids_by_verdict((s.ours[flavour].verdict, s.id) for s in summaries)}"
+        f"{flavour}: {ids_by_verdict((s.ours[flavour].verdict, covered(s, flavour)) for s in summaries)}"
         for flavour in FLAVOURS
     ]
     own = ids_by_verdict((s.paper.verdict, s.id) for s in summaries if s.paper.verdict != SUPPORTED)
