@@ -283,8 +283,9 @@ def trainings(point: Point) -> tuple[float, list[str]]:
 
 def point_entry(point: Point, earlier: dict) -> dict:
     """A point of a path's record: its finished seeds, the share's quartiles over seeds at the best epoch, and the
-    wall seconds and commits of the trainings of its seeds (:func:`trainings`); ``earlier``: the point in the record
-    written before, whose commits stand for seeds whose ``run.json`` records none (trained before it did)."""
+    wall seconds and commits of the trainings of its seeds (:func:`trainings`); ``earlier``: the point as the
+    dataset's records named it before (:func:`earlier_points`), whose commits stand for seeds whose ``run.json``
+    records none (trained before it did)."""
     seconds, commits = trainings(point)
     commits = sorted(set(commits) | set(earlier.get("commits", [])))
     return {"weight": point.weight, "finished": len(point.seeds) - len(point.pending()),
