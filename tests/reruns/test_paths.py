@@ -137,8 +137,9 @@ def test_a_record_keeps_the_seconds_and_commits_of_points_a_stopped_run_trained(
             json.dumps({k: v for k, v in json.loads(info_file.read_text()).items() if k != "commit"})
         )
     other = layout.path_record(out, "xe_kde")
+    named = ["0ld", stack["commit"][:-1]]  # the same commit, as a shorter hash: listed once, in full
     other.write_text(
-        json.dumps({"base": "xe", "objective": "xe_kde", "points": [{"weight": 0, "commits": ["0ld"]}]})
+        json.dumps({"base": "xe", "objective": "xe_kde", "points": [{"weight": 0, "commits": named}]})
     )
     paths.run_paths(cfg)
     zero, point = json.loads(layout.path_record(out, "xe_mmd").read_text())["points"]

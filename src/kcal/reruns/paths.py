@@ -281,13 +281,20 @@ def trainings(point: Point) -> tuple[float, list[str]]:
     return seconds, sorted(commits)
 
 
+def distinct_commits(commits: list[str]) -> list[str]:
+    """The commits, sorted, each once: an abbreviation of another listed (git's short hashes grow with the
+    repository: ``6659ffbd`` and ``6659ffbdd`` are one commit) gives way to the longer."""
+    unique = set(commits)
+    return sorted(c for c in unique if not any(d != c and d.startswith(c) for d in unique))
+
+
 def point_entry(point: Point, earlier: dict) -> dict:
     """A point of a path's record: its finished seeds, the share's quartiles over seeds at the best epoch, and the
     wall seconds and commits of the trainings of its seeds (:func:`trainings`); ``earlier``: the point as the
     dataset's records named it before (:func:`earlier_points`), whose commits stand for seeds whose ``run.json``
     records none (trained before it did)."""
     seconds, commits = trainings(point)
-    commits = sorted(set(commits) | set(earlier.get("commits", [])))
+    commits = distinct_commits([*commits, *earlier.get("commits", [])])
     return {"weight": point.weight, "finished": len(point.seeds) - len(point.pending()),
             "reg_share": quartiles(shares(point.dirs)) if point.weight > 0 else None,
             "train_seconds": round(seconds or float(earlier.get("train_seconds", 0.0)), 3), "commits": commits}  # fmt: skip
