@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 @cache
 def checkout_commit() -> str:
-    """The commit of the kcal checkout this process runs (``unknown`` for an installed wheel), read once: the code a
-    process runs is the code it imported, whatever the checkout moves to meanwhile."""
+    """The commit of the kcal checkout this process runs (``unknown`` for an installed wheel), read at the first call
+    and kept: the code a process runs is the code it imported, whatever the checkout moves to later (a caller that
+    must not wait for its first run to finish, as ``kcal paths`` does, calls it at its start)."""
     src = Path(__file__).resolve().parent
     try:
         done = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
