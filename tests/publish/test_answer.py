@@ -10,10 +10,13 @@ import pytest
 from kcal.core import layout
 from kcal.publish.answer import (
     CELL_CLASSES,
+    ClaimSummary,
+    Outcome,
     cell_classes,
     cells_table,
     claim_summaries,
     claims_table,
+    covered,
     dataset_line,
     readme_summary,
     spread_moves,
@@ -150,3 +153,15 @@ def test_dataset_line_spread_moves_and_the_readme_summary(published):
                     rf"{flavour}: [^.]*{SUPPORTED} [^.;]*{s.id} \(on {ours} of its {theirs} datasets\)",
                     summary,
                 )
+
+
+def test_a_supported_claim_judged_on_fewer_datasets_than_the_papers_says_on_how_many():
+    five = ("a", "b", "c", "d", "e")
+    paper = Outcome(SUPPORTED, five, five)
+
+    def claim(verdict, judged):
+        return ClaimSummary("R2", "", 3, paper, {"exact": Outcome(verdict, judged, judged)})
+
+    assert covered(claim(SUPPORTED, five[:2]), "exact") == "R2 (on 2 of its 5 datasets)"
+    assert covered(claim(SUPPORTED, five), "exact") == "R2"
+    assert covered(claim("undecided", five[:2]), "exact") == "R2"

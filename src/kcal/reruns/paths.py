@@ -61,7 +61,7 @@ from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.kernels import rbf
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
-from kcal.run.artifacts import checkout_commit
+from kcal.run.artifacts import checkout_commit, write_json_atomically
 from kcal.sweep.fingerprint import check_seeds
 from kcal.sweep.search import reg_share
 
@@ -203,7 +203,7 @@ def next_weight(weight: float) -> float:
 
 
 class Point:
-    """One (objective, λ) of a dataset's paths: its folder, seeds, and the seconds spent training it."""
+    """One (objective, λ) of a dataset's paths: its folder and seeds."""
 
     def __init__(self, paths: Path, objective: str, weight: float, seeds: list[int]):
         self.objective, self.weight = objective, float(weight)
@@ -218,16 +218,13 @@ class Point:
         return f"{self.objective} λ={self.weight:g}"
 
 
-def train_point(point: Point, run_cfg: DictConfig, start: dict, cfg: DictConfig) -> float:
-    """Train the point's pending seeds (its fingerprint checked first); return the wall seconds spent."""
+def train_point(point: Point, run_cfg: DictConfig, start: dict, cfg: DictConfig) -> None:
+    """Train the point's pending seeds (its fingerprint checked first)."""
     point.dir.mkdir(parents=True, exist_ok=True)
     check_seeds(point.dir, run_cfg, start, cfg)
     pending = point.pending()
-    if not pending:
-        return 0.0
-    t0 = time.perf_counter()
-    train_seeds(run_cfg, pending, [point.dirs[point.seeds.index(k)] for k in pending], cfg)
-    return time.perf_counter() - t0
+    if pending:
+        train_seeds(run_cfg, pending, [point.dirs[point.seeds.index(k)] for k in pending], cfg)
 
 
 def point_rows(point: Point, dataset: str, objective: str) -> pd.DataFrame:
@@ -243,28 +240,29 @@ def say(dataset: str, text: str) -> None:
     print(f"[paths {dataset}] {text}", file=sys.stderr, flush=True)
 
 
-def earlier_points(out: Path) -> dict[tuple[str, float], dict]:
-    """The points the dataset's path records (in ``out``) list, by (objective, λ), λ = 0 under the unregularised
-    objective every path shares: the commits they name stand for seeds whose ``run.json`` records none (trained
-    before it did)."""
-    points: dict[tuple[str, float], dict] = {}
-    for path in sorted(out.glob("*.json")):
-        record = json.loads(path.read_text())
-        if not {"base", "objective", "points"} <= set(record):
+def earlier_commits(out: Path, names: list[str]) -> dict[tuple[str, float], list[str]]:
+    """The commits the records of the paths ``names`` (in ``out``) name for each point, by (objective, λ), λ = 0
+    under the unregularised objective every path shares; a record that does not read as one is passed over (it is
+    written again). They stand for seeds whose ``run.json`` records no commit (trained before it did)."""
+    commits: dict[tuple[str, float], list[str]] = {}
+    for name in names:
+        try:
+            record = json.loads(layout.path_record(out, name).read_text())
+            points = [(float(p["weight"]), list(p.get("commits", []))) for p in record["points"]]
+        except (OSError, ValueError, TypeError, KeyError):
             continue
-        for p in record.get("points", []):
-            key = (record["base"] if float(p["weight"]) == 0 else record["objective"], float(p["weight"]))
-            seen = points.setdefault(key, {"commits": [], "train_seconds": 0.0})
-            seen["commits"] = sorted(set(seen["commits"]) | set(p.get("commits", [])))
-            seen["train_seconds"] = max(seen["train_seconds"], float(p.get("train_seconds", 0.0)))
-    return points
+        for weight, named in points:
+            key = (record["base"] if weight == 0 else name, weight)
+            commits[key] = [*commits.get(key, []), *named]
+    return commits
 
 
-def trainings(point: Point) -> tuple[float, list[str]]:
-    """The wall seconds the point's finished seeds took to train and the commits that trained them, read from each
-    seed's ``run.json`` (:mod:`kcal.run.artifacts`), whichever process trained them, stopped or not: a stack of
-    seeds (``vectorized``) is counted once, at its ``chunk_train_seconds``."""
-    seconds, stacks, commits = 0.0, set(), set()
+def trainings(point: Point) -> tuple[float, list[str], bool]:
+    """The wall seconds the point's finished seeds took to train, the commits that trained them, and whether some
+    seed's ``run.json`` records no commit, read from each seed's ``run.json`` (:mod:`kcal.run.artifacts`),
+    whichever process trained them, stopped or not: a stack of seeds (``vectorized``) is counted once, at its
+    ``chunk_train_seconds`` (the fit; preparing the data and evaluating are not in it)."""
+    seconds, stacks, commits, unknown = 0.0, set(), set(), False
     for d in point.dirs:
         info_file = d / layout.RUN_INFO_FILE
         if not layout.is_finished(d) or not info_file.is_file():
@@ -278,7 +276,9 @@ def trainings(point: Point) -> tuple[float, list[str]]:
             seconds += float(stack["chunk_train_seconds"])
         if info.get("commit"):
             commits.add(info["commit"])
-    return seconds, sorted(commits)
+        else:
+            unknown = True
+    return seconds, sorted(commits), unknown
 
 
 def distinct_commits(commits: list[str]) -> list[str]:
@@ -288,16 +288,16 @@ def distinct_commits(commits: list[str]) -> list[str]:
     return sorted(c for c in unique if not any(d != c and d.startswith(c) for d in unique))
 
 
-def point_entry(point: Point, earlier: dict) -> dict:
+def point_entry(point: Point, earlier: list[str]) -> dict:
     """A point of a path's record: its finished seeds, the share's quartiles over seeds at the best epoch, and the
-    wall seconds and commits of the trainings of its seeds (:func:`trainings`); ``earlier``: the point as the
-    dataset's records named it before (:func:`earlier_points`), whose commits stand for seeds whose ``run.json``
-    records none (trained before it did)."""
-    seconds, commits = trainings(point)
-    commits = distinct_commits([*commits, *earlier.get("commits", [])])
+    wall seconds and commits of the trainings of its seeds (:func:`trainings`); ``earlier``: the commits the
+    dataset's records named for it before (:func:`earlier_commits`), which stand in only when some seed's
+    ``run.json`` records none."""
+    seconds, commits, unknown = trainings(point)
+    commits = distinct_commits([*commits, *(earlier if unknown else [])])
     return {"weight": point.weight, "finished": len(point.seeds) - len(point.pending()),
             "reg_share": quartiles(shares(point.dirs)) if point.weight > 0 else None,
-            "train_seconds": round(seconds or float(earlier.get("train_seconds", 0.0)), 3), "commits": commits}  # fmt: skip
+            "train_seconds": round(seconds, 3), "commits": commits}  # fmt: skip
 
 
 def path_record(cfg: DictConfig, objective: str, start: dict, points: list[dict], params: dict,
@@ -431,15 +431,14 @@ def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfi
                            int(cfg.paths.kernel_batches))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(layout.claim_file(record_path)):  # another process may write the same path: one at a time
-        earlier = earlier_points(out)  # every record as written before (each written whole: atomically)
-        entries = [point_entry(p, earlier.get((p.objective, p.weight), {})) for p in points]
+        task = get_spec(cfg.dataset.name).task
+        earlier = earlier_commits(out, list(cfg.paths.regularisers[task]))  # each written whole: atomically
+        entries = [point_entry(p, earlier.get((p.objective, p.weight), [])) for p in points]
         table.to_csv(table_path, index=False)
         record = path_record(cfg, name, info, entries, prep.objective.params, kernels, commit)
-        tmp = record_path.with_name(
-            record_path.name + ".tmp"
+        write_json_atomically(
+            record_path, record, default=str
         )  # whole or absent: other paths' writers read it
-        tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-        tmp.replace(record_path)
     return table_path
 
 

@@ -45,13 +45,14 @@ def checkout_commit() -> str:
     """The commit of the kcal checkout this process runs (``unknown`` for an installed wheel), read at the first call
     and kept: the code a process runs is the code it imported, whatever the checkout moves to later (a caller that
     must not wait for its first run to finish, as ``kcal paths`` does, calls it at its start)."""
-    src = Path(__file__).resolve().parent
+    here = Path(__file__).resolve()
     try:
-        done = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True)  # fmt: skip
-        return done.stdout.strip()
+        done = subprocess.run(["git", "-C", str(here.parent), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    top, commit = done.stdout.split()
+    return commit if Path(top).resolve() == here.parents[3] else "unknown"  # <top>/src/kcal/run/artifacts.py
 
 
 def save_config(cfg: DictConfig, out: Path) -> None:
@@ -144,7 +145,12 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
 
 def write_metrics(metrics: dict, out: Path) -> None:
     """``metrics.json``, atomically (its presence marks a finished run; seed reruns skip such runs)."""
-    path = layout.metrics_file(out)
+    write_json_atomically(layout.metrics_file(out), metrics, sort_keys=True)
+
+
+def write_json_atomically(path: Path, obj, **dumps) -> None:
+    """``obj`` as indented JSON at ``path``, whole or not at all: written beside it, then renamed over it (a reader,
+    or a process killed while writing, never sees half a file); ``dumps``: more :func:`json.dumps` options."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(obj, indent=1, **dumps) + "\n")
     tmp.replace(path)
