@@ -436,9 +436,8 @@ def write_path(cfg: DictConfig, name: str, points: list[Point], start: DictConfi
         entries = [point_entry(p, earlier.get((p.objective, p.weight), [])) for p in points]
         table.to_csv(table_path, index=False)
         record = path_record(cfg, name, info, entries, prep.objective.params, kernels, commit)
-        write_json_atomically(
-            record_path, record, default=str
-        )  # whole or absent: other paths' writers read it
+        # whole or absent: the other paths' writers read it
+        write_json_atomically(record_path, record, default=str)
     return table_path
 
 

@@ -51,7 +51,7 @@ def checkout_commit() -> str:
                               capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    top, commit = done.stdout.split()
+    top, commit = done.stdout.splitlines()  # one line each: a folder name may hold spaces
     return commit if Path(top).resolve() == here.parents[3] else "unknown"  # <top>/src/kcal/run/artifacts.py
 
 
