@@ -433,6 +433,12 @@ def checkpoint_file(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "best.pt"
 
 
+def snapshot_file(run_dir: Path) -> Path:
+    """``<run_dir>/snapshot.ckpt``: an unfinished training's last snapshot (:mod:`kcal.run.snapshot`), in the folder of
+    its first member; deleted when the training ends."""
+    return Path(run_dir) / "snapshot.ckpt"
+
+
 def is_finished(run_dir: Path) -> bool:
     """Whether a run directory holds a finished run (its ``metrics.json``, written last)."""
     return metrics_file(run_dir).is_file()

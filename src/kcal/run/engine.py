@@ -27,6 +27,7 @@ torch has it for the device (element-wise, so a member's update is the same alon
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,6 +115,12 @@ class SingleNet:
     def member_state(self, i: int) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state)  # in place: the optimiser keeps its parameters
+
     def to(self, device) -> SingleNet:
         self.model.to(device)
         return self
@@ -146,6 +153,23 @@ class Member:
     def __post_init__(self):
         if self.monitor is None:
             self.monitor = MonitorState(str(self.cfg.trainer.monitor), int(self.cfg.trainer.patience))
+
+    #: what :meth:`state_dict` keeps as it is (the generators and early-stopping state are kept by value)
+    PLAIN_STATE = ("history", "best", "diverged_epoch", "ckpt_state", "final_state", "epochs", "pruned_epoch")
+
+    def state_dict(self) -> dict:
+        """The member's training state for a snapshot: its generators' states, early stopping and best checkpoint,
+        history, running bests and best weights."""
+        return {"shuffle": self.shuffle.get_state(), "noise": self.noise.get_state(),
+                "monitor": dataclasses.asdict(self.monitor), **{k: getattr(self, k) for k in self.PLAIN_STATE}}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict` (the member's seed, config and folder are its own)."""
+        self.shuffle.set_state(state["shuffle"])
+        self.noise.set_state(state["noise"])
+        self.monitor = MonitorState(**state["monitor"])
+        for k in self.PLAIN_STATE:
+            setattr(self, k, state[k])
 
     @classmethod
     def create(cls, seed: int, cfg: DictConfig, out: Path, device: torch.device) -> Member:
@@ -194,6 +218,27 @@ class Engine:
         self.val_bounds = [(s, min(s + ebs, xv.shape[0])) for s in range(0, xv.shape[0], ebs)]
         self.val_consts = [self.objective.prepare(xv[s:e], yv[s:e]) if self.has_reg and e - s >= 2 else None
                            for s, e in self.val_bounds]  # fmt: skip
+
+    # ---- a snapshot of the training, and going on from one ----------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything the next epochs depend on: the stacked weights and buffers of the members still training,
+        Adam's state, which members those are, and each member's :meth:`Member.state_dict`."""
+        return {"net": self.net.state_dict(), "optimizer": self.opt.state_dict(), "active": list(self.active),
+                "members": [m.state_dict() for m in self.members]}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from :meth:`state_dict` of an engine built from the same config, seeds and data: the next epoch
+        is the one the saved engine would have trained next, with the same numbers on the same machine."""
+        if len(state["members"]) != len(self.members):
+            raise ValueError(
+                f"a snapshot of {len(state['members'])} members cannot continue {len(self.members)}"
+            )
+        for m, member_state in zip(self.members, state["members"], strict=True):
+            m.load_state_dict(member_state)
+        self.active = list(state["active"])
+        self.net.load_state_dict(state["net"])
+        self.opt = adam(self.net.parameters(), self.prep.cfg)
+        self.opt.load_state_dict(state["optimizer"])
 
     # ---- the minibatch steps of one epoch -----------------------------------------------------------
     def step_chunks(self, nb: int, k: int) -> list[tuple[int, int]]:

@@ -23,6 +23,7 @@ import torch
 from kcal.run.engine import Engine, Member
 from kcal.run.epoch import as_float32
 from kcal.run.setup import Prepared
+from kcal.run.snapshot import CHECKPOINT_KEY, Snapshot
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # a Lightning-internal deprecation, not ours
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")  # no DataLoader by design
@@ -40,10 +41,11 @@ def quiet_lightning() -> None:
 class EngineModule(pl.LightningModule):
     """One training step = one epoch of the engine (steps, validation, per-member rules)."""
 
-    def __init__(self, engine: Engine, log_values: bool, bar=None):
+    def __init__(self, engine: Engine, log_values: bool, bar=None, snapshot: Snapshot | None = None):
         super().__init__()
-        self.engine, self.log_values, self.bar = engine, log_values, bar
+        self.engine, self.log_values, self.bar, self.snapshot = engine, log_values, bar, snapshot
         self.automatic_optimization = False
+        self.t0 = time.perf_counter()
 
     def train_dataloader(self):
         return [0]  # one item: the epoch
@@ -65,6 +67,19 @@ class EngineModule(pl.LightningModule):
         if not self.engine.active:
             self.trainer.should_stop = True
 
+    def on_train_epoch_end(self):
+        if self.snapshot is not None and self.engine.active and self.snapshot.due():
+            self.snapshot.save(self.trainer)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.snapshot is not None:
+            checkpoint[CHECKPOINT_KEY] = self.snapshot.content(
+                self.engine.state_dict(), time.perf_counter() - self.t0
+            )
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.engine.load_state_dict(checkpoint[CHECKPOINT_KEY]["engine"])
+
 
 @dataclass
 class FitResult:
@@ -77,8 +92,11 @@ class FitResult:
 
 
 def fit_members(prep: Prepared, members: list[Member], device: torch.device, out: Path | None = None,
-                progress: bool = False) -> tuple[Engine, float]:  # fmt: skip
+                progress: bool = False, snapshot: Snapshot | None = None) -> tuple[Engine, float]:  # fmt: skip
     """Train ``members`` under a Lightning ``Trainer``; return the engine and the training seconds.
+
+    ``snapshot``: written every so often while training, gone on from when one with its key is there, deleted at the
+    end (:mod:`kcal.run.snapshot`); the seconds then include those trained before the snapshot.
 
     With one member and a ``logger`` config (``configs/logger/``: Lightning's CSV logger writes
     ``out/csv/metrics.csv`` by default, ``logger=tensorboard`` ``out/tensorboard/``), its epoch values go to
@@ -103,12 +121,17 @@ def fit_members(prep: Prepared, members: list[Member], device: torch.device, out
         num_sanity_val_steps=0, limit_val_batches=0, deterministic=cfg.trainer.deterministic,
         default_root_dir=out, log_every_n_steps=1,
     )  # fmt: skip
-    t0 = time.perf_counter()
+    resume = snapshot.load() if snapshot is not None else None
+    module = EngineModule(engine, log_values, bar, snapshot)
     try:
-        trainer.fit(EngineModule(engine, log_values, bar))
+        trainer.fit(module, ckpt_path=resume, weights_only=True)
     finally:
         bar.close()
-    return engine, time.perf_counter() - t0
+    seconds = time.perf_counter() - module.t0
+    if snapshot is not None:
+        snapshot.discard()
+        seconds += snapshot.seconds_before
+    return engine, seconds
 
 
 def member_result(member: Member, seconds: float) -> FitResult:

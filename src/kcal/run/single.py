@@ -10,11 +10,13 @@ from pathlib import Path
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
+from kcal.core import layout
 from kcal.run import setup
-from kcal.run.artifacts import finalize, save_config, save_state
+from kcal.run.artifacts import checkout_commit, finalize, save_config, save_state
 from kcal.run.engine import Member
 from kcal.run.module import fit_members, member_result
 from kcal.run.setup import Prepared
+from kcal.run.snapshot import Snapshot, snapshot_key
 
 
 def run(
@@ -34,10 +36,11 @@ def run(
 
 def train_members(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs: list[Path],
                   progress: bool, log_dir: Path | None = None,
-                  epoch_hook: Callable[[dict, int], bool] | None = None) -> list[dict]:  # fmt: skip
+                  epoch_hook: Callable[[dict, int], bool] | None = None, snapshots: bool = False) -> list[dict]:  # fmt: skip
     """Train one member per seed in one engine and write each member's files; the metrics, in order.
     ``log_dir``: where Lightning's CSV log of a single run goes (None: no log, as for seed reruns);
-    ``epoch_hook``: each member's (:attr:`kcal.run.engine.Member.epoch_hook`)."""
+    ``epoch_hook``: each member's (:attr:`kcal.run.engine.Member.epoch_hook`); ``snapshots``: the training writes
+    snapshots to go on from after a stop (:mod:`kcal.run.snapshot`, in the first member's folder)."""
     dev = setup.device(prep.cfg)
     members = [Member.create(s, c, Path(o), dev) for s, c, o in zip(seeds, cfgs, outs, strict=True)]
     for m in members:
@@ -45,7 +48,10 @@ def train_members(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs
     for m in members:
         save_config(m.cfg, m.out)
     single = len(members) == 1
-    _, seconds = fit_members(prep, members, dev, out=log_dir if single else None, progress=progress)
+    snapshot = (Snapshot.of(prep.cfg, layout.snapshot_file(members[0].out), snapshot_key(cfgs, seeds, checkout_commit()))
+                if snapshots else None)  # fmt: skip
+    _, seconds = fit_members(prep, members, dev, out=log_dir if single else None, progress=progress,
+                             snapshot=snapshot)  # fmt: skip
     results = []
     for m in members:
         mprep = replace(prep, cfg=m.cfg)

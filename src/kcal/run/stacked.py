@@ -8,7 +8,8 @@ launches). Here the K members' weights are stacked along a leading dimension and
 runs every layer once for all members (``baddbmm``/``bmm`` for linear layers; BatchNorm as one
 ``batch_norm`` call over K x width channels), so one optimiser step trains K networks. The loop is the
 one every run uses (:mod:`kcal.run.engine`, driven by Lightning in :mod:`kcal.run.module`); this
-module splits the seeds into chunks and writes each member's files.
+module splits the seeds into chunks and writes each member's files. A chunk writes a snapshot of its training every
+``trainer.snapshot_minutes`` and a stopped chunk goes on from it (:mod:`kcal.run.snapshot`).
 
 **Equivalence.** Member k reproduces ``kcal.run.run`` with ``seed=k`` (see :mod:`kcal.core.random_streams`): its
 initial weights come from ``kcal.run.setup.build(prep, k)``; its batch order from its own generator seeded
@@ -118,7 +119,7 @@ def train_stacked(cfg: DictConfig, seeds: list[int], out_dirs: list[Path], chunk
     for start in range(0, len(seeds), size):
         idx = range(start, min(start + size, len(seeds)))
         results += train_members(prep, [seeds[i] for i in idx], [cfgs[i] for i in idx],
-                                 [out_dirs[i] for i in idx], progress)  # fmt: skip
+                                 [out_dirs[i] for i in idx], progress, snapshots=True)  # fmt: skip
     return results
 
 

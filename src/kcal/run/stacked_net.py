@@ -243,6 +243,19 @@ class StackedMLP:
             state |= {n: self.buffers[n][i].clone() for n in self.buffer_names}
         return state
 
+    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The stacked parameters and buffers of the members still in the stack (for a training snapshot)."""
+        return {"params": {n: p.detach() for n, p in self.params.items()}, "buffers": dict(self.buffers)}
+
+    def load_state_dict(self, state: dict[str, dict[str, torch.Tensor]]) -> None:
+        """Take :meth:`state_dict`'s tensors (any number of members) as new leaf tensors on this stack's device."""
+        device = self.params[self.param_names[0]].device
+        with torch.no_grad():
+            self.params = {
+                n: state["params"][n].to(device).clone().requires_grad_() for n in self.param_names
+            }
+            self.buffers = {n: state["buffers"][n].to(device).clone() for n in self.buffer_names}
+
     def to(self, device) -> StackedMLP:
         self.template.to(device)
         with torch.no_grad():

@@ -46,7 +46,7 @@ SEEDS_FILE = layout.FINGERPRINT_FILE
 NOT_SHAPING = (  # config keys (and everything under them) that change no number of a run
     "seed", "root", "profile_name", "task", "hydra", "reproduce", "seeds_run", "hparams_search",
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
-    "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.log_dce", "logger",
+    "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.snapshot_minutes", "trainer.log_dce", "logger",
     "figures", "save_checkpoint",
     "objective.flavour_by_protocol",  # a table: the value it resolves to, objective.params.flavour, counts
 )  # fmt: skip

@@ -1,0 +1,100 @@
+"""A long training's snapshot, so that a stopped run goes on from its last saved epoch instead of epoch 0.
+
+Seed reruns and regularisation paths train 20-50 seeds of a configuration as one stack (:mod:`kcal.run.stacked`),
+an hour or more on the larger datasets; a stop (a killed job, a machine handed back) would lose all of it. So every
+``trainer.snapshot_minutes`` minutes of training, at the end of an epoch, the stack's Lightning checkpoint is
+written to :func:`kcal.core.layout.snapshot_file` of its first member's folder: Lightning's loop state (which epoch
+comes next) and the engine's (:meth:`kcal.run.engine.Engine.state_dict`: the stacked weights, Adam's state, the
+members still training, each member's batch-order and noise generators, early stopping, history and best weights),
+with the seconds trained so far and the snapshot's *key*. It is written beside its place and renamed over it, so a
+stop while writing leaves the previous snapshot whole.
+
+A training that finds a snapshot with its own key goes on from it through Lightning's ``ckpt_path`` and ends as the
+uninterrupted training would have, number for number on the same machine; the key is a hash of the members' seeds
+and resolved configs and of the commit of the code (:func:`kcal.run.artifacts.checkout_commit`), so a snapshot of
+another stack, configuration or code is never continued: it is left aside with one log line, and overwritten by the
+new training's first snapshot. A finished training deletes its snapshot. ``trainer.snapshot_minutes: null`` writes
+none; 0 writes one at the end of every epoch. The snapshot is a cache of one machine's training: a state export
+(:mod:`kcal.orchestrate.state`) carries finished seeds only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+#: the key under which a Lightning checkpoint carries kcal's part of the snapshot
+CHECKPOINT_KEY = "kcal_snapshot"
+
+
+def snapshot_key(cfgs: list[DictConfig], seeds: list[int], commit: str) -> str:
+    """The hash that a snapshot must carry to be continued: the seeds, the resolved configs, the code's commit."""
+    parts = {"seeds": [int(s) for s in seeds], "commit": commit,
+             "configs": [OmegaConf.to_container(c, resolve=True) for c in cfgs]}  # fmt: skip
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class Snapshot:
+    """Where a training's snapshot goes, its key, and how often it is written (``every_s`` seconds; <= 0: each
+    epoch). :meth:`load` reads a snapshot to go on from, :meth:`due` and :meth:`save` write one, :meth:`discard`
+    deletes it when the training has ended."""
+
+    path: Path
+    key: str
+    every_s: float
+    seconds_before: float = 0.0  # trained by earlier processes, up to the snapshot this one went on from
+    last_save: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def of(cls, cfg: DictConfig, path: Path, key: str) -> Snapshot | None:
+        """The snapshot of a training of ``cfg`` (None when ``trainer.snapshot_minutes`` is null)."""
+        minutes = cfg.trainer.get("snapshot_minutes")
+        return None if minutes is None else cls(Path(path), key, 60.0 * float(minutes))
+
+    def load(self) -> Path | None:
+        """The snapshot's path when there is one with this training's key to go on from (its seconds noted), else
+        None; a snapshot that cannot be read or has another key is left aside with a log line."""
+        if not self.path.is_file():
+            return None
+        try:
+            ckpt = torch.load(self.path, map_location="cpu", weights_only=True)
+            mine = ckpt[CHECKPOINT_KEY]
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is a snapshot not to go on from
+            log.warning("kcal.run.snapshot: %s cannot be read (%r); training from the start", self.path, exc)
+            return None
+        if mine.get("key") != self.key:
+            log.warning("kcal.run.snapshot: %s is of another stack, configuration or commit; training from the start",
+                        self.path)  # fmt: skip
+            return None
+        self.seconds_before = float(mine["seconds"])
+        log.warning("kcal.run.snapshot: going on from %s at epoch %d (%.0f s trained before)",
+                    self.path, int(ckpt["epoch"]) + 1, self.seconds_before)  # fmt: skip
+        return self.path
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.last_save >= self.every_s
+
+    def content(self, engine_state: dict, seconds: float) -> dict:
+        """kcal's part of the checkpoint: the key, the engine's state and the seconds trained in all."""
+        return {"key": self.key, "engine": engine_state, "seconds": self.seconds_before + seconds}
+
+    def save(self, trainer) -> None:
+        """Write the trainer's checkpoint (its module adds :meth:`content`) beside the snapshot, then over it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        trainer.save_checkpoint(tmp)
+        tmp.replace(self.path)
+        self.last_save = time.perf_counter()
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
