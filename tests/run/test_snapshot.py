@@ -6,10 +6,13 @@ import logging
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from kcal.core import layout
 from kcal.run import engine as E
+from kcal.run import single as S
 from kcal.run import stacked as V
+from kcal.run.snapshot import Snapshot
 
 from .test_vectorized import CANCER, CRIME, assert_close, cfg_for, history, needs_data, numbers
 
@@ -37,9 +40,9 @@ def train(cfg, folder, seeds=SEEDS):
     return V.train_stacked(cfg, seeds, [folder / f"s{s}" for s in seeds], progress=False)
 
 
-def assert_same_training(a_dir, b_dir, a, b):
+def assert_same_training(a_dir, b_dir, a, b, seeds=SEEDS):
     """Two trainings of one stack ended alike: status, epochs, every metric and every history value."""
-    for ma, mb, s in zip(a, b, SEEDS, strict=True):
+    for ma, mb, s in zip(a, b, seeds, strict=True):
         assert (ma["status"], ma["epochs"], ma.get("best_epoch")) == (
             mb["status"],
             mb["epochs"],
@@ -57,35 +60,46 @@ def assert_same_training(a_dir, b_dir, a, b):
                     )
 
 
+CASES = {  # overrides, seeds, the epoch the training is stopped at, whether members left the stack before it
+    "nll_mmd_noise_draws": ([*CRIME, "objective=nll_mmd", "trainer.max_epochs=12"], SEEDS, 5, False),
+    "xe_mmce_batchnorm_members_stopped": ([*CANCER, "objective=xe_mmce", "model.batchnorm=true", "trainer.min_epochs=1",
+                                           "trainer.patience=2", "trainer.max_epochs=20"], SEEDS, 4, True),
+    "one_seed": ([*CRIME, "objective=nll", "trainer.max_epochs=8"], [0], 3, False),
+}  # fmt: skip
+
+
 @needs_data
-@pytest.mark.parametrize("overrides", [
-    [*CRIME, "objective=nll_mmd", "trainer.max_epochs=12", "trainer.patience=3"],  # members stop at different epochs
-    [*CANCER, "objective=xe_mmce", "trainer.max_epochs=8", "model.batchnorm=true"],  # per-member regulariser, BatchNorm
-], ids=["nll_mmd_early_stopping", "xe_mmce_batchnorm"])  # fmt: skip
-def test_a_stopped_stack_goes_on_from_its_snapshot_as_if_never_stopped(
-    tmp_path, monkeypatch, caplog, overrides
-):
-    cfg = cfg_for(*overrides, EVERY_EPOCH)
-    whole = train(cfg_for(*overrides, "trainer.snapshot_minutes=null"), tmp_path / "whole")  # writing none
-    snap = layout.snapshot_file(tmp_path / "stopped" / "s0")
-
+@pytest.mark.parametrize("case", CASES)
+def test_a_stopped_stack_goes_on_from_its_snapshot_as_if_never_stopped(tmp_path, monkeypatch, caplog, case):
+    overrides, seeds, stop, some_stopped = CASES[case]
+    whole = train(
+        cfg_for(*overrides, "trainer.snapshot_minutes=null"), tmp_path / "whole", seeds
+    )  # writing none
+    snap = layout.snapshot_file(tmp_path / "stopped" / f"s{seeds[0]}")
     with monkeypatch.context() as m:
-        stop_at(m, 5)
+        stop_at(m, stop)
         with pytest.raises(Stop):
-            train(cfg, tmp_path / "stopped")
-    assert snap.is_file() and not layout.is_finished(tmp_path / "stopped" / "s0")
+            train(cfg_for(*overrides, EVERY_EPOCH), tmp_path / "stopped", seeds)
+    assert snap.is_file() and not layout.is_finished(snap.parent)
     saved = torch.load(snap, weights_only=True)
-    assert saved["epoch"] == 4 and saved["kcal_snapshot"]["seconds"] > 0
+    assert saved["epoch"] == stop - 1 and saved["kcal_snapshot"]["seconds"] > 0
+    assert (len(saved["kcal_snapshot"]["engine"]["active"]) < len(seeds)) == some_stopped
 
-    with caplog.at_level(logging.WARNING, logger="kcal.run.snapshot"):
-        resumed = train(cfg, tmp_path / "stopped")
-    assert "going on from" in caplog.text and "at epoch 5" in caplog.text
-    assert not snap.exists()  # a finished training deletes its snapshot
-    assert_same_training(tmp_path / "stopped", tmp_path / "whole", resumed, whole)
-    info = json.loads((tmp_path / "stopped" / "s0" / "run.json").read_text())
+    with caplog.at_level(
+        logging.WARNING, logger="kcal.run.snapshot"
+    ):  # null: writes none, still goes on from one
+        resumed = train(cfg_for(*overrides, "trainer.snapshot_minutes=null"), tmp_path / "stopped", seeds)
+    assert f"going on from {snap} at epoch {stop}" in caplog.text
+    assert not snap.exists()  # deleted once the members' files are written
+    assert_same_training(tmp_path / "stopped", tmp_path / "whole", resumed, whole, seeds)
+    info = json.loads((snap.parent / "run.json").read_text())
     assert (
-        info["vectorized"]["chunk_train_seconds"] >= saved["kcal_snapshot"]["seconds"]
-    )  # seconds before the stop count
+        info["resumed"]["epoch"] == stop
+        and info["resumed"]["seconds_before"] == saved["kcal_snapshot"]["seconds"]
+    )
+    assert (
+        info["train_seconds"] * len(seeds) >= saved["kcal_snapshot"]["seconds"]
+    )  # the seconds before the stop count
 
 
 @needs_data
@@ -107,10 +121,12 @@ def test_a_snapshot_of_another_stack_or_a_broken_one_is_left_aside(tmp_path, mon
     broken = layout.snapshot_file(tmp_path / "broken" / "s0")
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"half a checkpoint")
+    stale = broken.with_name(broken.name + ".999.tmp")  # what a process stopped while writing leaves
+    stale.write_bytes(b"half")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="kcal.run.snapshot"):
         third = train(cfg, tmp_path / "broken")
-    assert "cannot be read" in caplog.text and not broken.exists()
+    assert "cannot be read" in caplog.text and not broken.exists() and not stale.exists()
     assert_same_training(tmp_path / "broken", tmp_path / "whole", third, whole)
 
 
@@ -122,3 +138,22 @@ def test_snapshots_are_off_when_snapshot_minutes_is_null(tmp_path, monkeypatch):
         with pytest.raises(Stop):
             train(cfg, tmp_path / "off")
     assert not layout.snapshot_file(tmp_path / "off" / "s0").exists()
+
+
+def test_snapshot_minutes_must_be_a_number_of_minutes_or_null(tmp_path):
+    cfg = OmegaConf.create({"trainer": {"snapshot_minutes": -1}})
+    with pytest.raises(ValueError, match="snapshot_minutes must be >= 0 or null"):
+        Snapshot.of(cfg, tmp_path / "snapshot.ckpt", "key")
+    assert (
+        Snapshot.of(OmegaConf.create({"trainer": {"snapshot_minutes": None}}), tmp_path, "key").due() is False
+    )
+    assert Snapshot.of(OmegaConf.create({"trainer": {"snapshot_minutes": 0}}), tmp_path, "key").due() is True
+
+
+@needs_data
+def test_a_stop_while_the_members_files_are_written_keeps_the_snapshot(tmp_path, monkeypatch):
+    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", EVERY_EPOCH)
+    monkeypatch.setattr(S, "finalize", lambda *a, **k: (_ for _ in ()).throw(Stop("stopped while writing")))
+    with pytest.raises(Stop):
+        train(cfg, tmp_path / "writing")
+    assert torch.load(layout.snapshot_file(tmp_path / "writing" / "s0"), weights_only=True)["epoch"] == 4

@@ -5,6 +5,7 @@
   stopping and best-weights selection, divergence);
 * :mod:`kcal.run.engine`: the training loop, once, for K >= 1 members (steps, validation, the rules);
 * :mod:`kcal.run.module`: Lightning driving the engine one epoch per step (:func:`fit_members`);
+* :mod:`kcal.run.snapshot`: a long training's snapshot, to go on from after a stop;
 * :mod:`kcal.run.stacked`: K seeds of one config trained as one batched model (:func:`train_stacked`),
   on the batched network of :mod:`kcal.run.stacked_net`;
 * :mod:`kcal.run.artifacts`: evaluation and what a run writes (metrics, history, predictions, figures);

@@ -116,10 +116,12 @@ class SingleNet:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's ``state_dict`` (for a training snapshot)."""
         return self.model.state_dict()
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(state)  # in place: the optimiser keeps its parameters
+        """Copy ``state`` into the model in place (its parameters stay the optimiser's)."""
+        self.model.load_state_dict(state)
 
     def to(self, device) -> SingleNet:
         self.model.to(device)

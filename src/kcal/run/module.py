@@ -5,7 +5,9 @@ the arithmetic when it drove every minibatch. Here Lightning stays the trainer o
 ``max_epochs``, the logger, the progress bar, ``deterministic``, the accelerator) while an epoch's
 minibatch steps, its validation and the per-member rules run as one call of :meth:`Engine.epoch`:
 :class:`EngineModule` has one "batch" per epoch and manual optimisation; it stops the fit once every
-member has stopped. :func:`fit_members` runs it for K >= 1 members and returns their :class:`FitResult`.
+member has stopped. :func:`fit_members` runs it for K >= 1 members and returns their :class:`FitResult`. A stack of
+seeds also writes a snapshot (a Lightning checkpoint carrying the engine's state) every so often, and a stopped one
+goes on from it with Lightning's ``ckpt_path`` (:mod:`kcal.run.snapshot`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import hydra
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.plugins.environments import SLURMEnvironment
 
 from kcal.run.engine import Engine, Member
 from kcal.run.epoch import as_float32
@@ -68,16 +71,23 @@ class EngineModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
+        """Write the snapshot when it is due and members still train (a finished stack needs none)."""
         if self.snapshot is not None and self.engine.active and self.snapshot.due():
             self.snapshot.save(self.trainer)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Lightning's checkpoint carries the engine's state, the snapshot's key and the seconds trained."""
         if self.snapshot is not None:
             checkpoint[CHECKPOINT_KEY] = self.snapshot.content(
                 self.engine.state_dict(), time.perf_counter() - self.t0
             )
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Go on from a snapshot: the engine takes its state (Lightning restores which epoch comes next)."""
+        if CHECKPOINT_KEY not in checkpoint:
+            raise ValueError(
+                "kcal trains from its own snapshots only (kcal.run.snapshot); this checkpoint is not one"
+            )
         self.engine.load_state_dict(checkpoint[CHECKPOINT_KEY]["engine"])
 
 
@@ -95,8 +105,8 @@ def fit_members(prep: Prepared, members: list[Member], device: torch.device, out
                 progress: bool = False, snapshot: Snapshot | None = None) -> tuple[Engine, float]:  # fmt: skip
     """Train ``members`` under a Lightning ``Trainer``; return the engine and the training seconds.
 
-    ``snapshot``: written every so often while training, gone on from when one with its key is there, deleted at the
-    end (:mod:`kcal.run.snapshot`); the seconds then include those trained before the snapshot.
+    ``snapshot``: written every so often while training and gone on from when one with its key is there
+    (:mod:`kcal.run.snapshot`; the caller deletes it); the seconds then include those trained before it.
 
     With one member and a ``logger`` config (``configs/logger/``: Lightning's CSV logger writes
     ``out/csv/metrics.csv`` by default, ``logger=tensorboard`` ``out/tensorboard/``), its epoch values go to
@@ -120,6 +130,9 @@ def fit_members(prep: Prepared, members: list[Member], device: torch.device, out
         logger=logger, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         num_sanity_val_steps=0, limit_val_batches=0, deterministic=cfg.trainer.deterministic,
         default_root_dir=out, log_every_n_steps=1,
+        # on SLURM, Lightning would save a checkpoint mid-epoch at a requeue signal and train on from it; kcal's
+        # own snapshots (kcal.run.snapshot) are what a stopped training goes on from
+        plugins=[SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None,
     )  # fmt: skip
     resume = snapshot.load() if snapshot is not None else None
     module = EngineModule(engine, log_values, bar, snapshot)
@@ -128,10 +141,7 @@ def fit_members(prep: Prepared, members: list[Member], device: torch.device, out
     finally:
         bar.close()
     seconds = time.perf_counter() - module.t0
-    if snapshot is not None:
-        snapshot.discard()
-        seconds += snapshot.seconds_before
-    return engine, seconds
+    return engine, seconds + (snapshot.seconds_before if snapshot is not None else 0.0)
 
 
 def member_result(member: Member, seconds: float) -> FitResult:

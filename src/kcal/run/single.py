@@ -48,8 +48,10 @@ def train_members(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs
     for m in members:
         save_config(m.cfg, m.out)
     single = len(members) == 1
-    snapshot = (Snapshot.of(prep.cfg, layout.snapshot_file(members[0].out), snapshot_key(cfgs, seeds, checkout_commit()))
-                if snapshots else None)  # fmt: skip
+    snapshot = None
+    if snapshots:
+        key = snapshot_key(cfgs, seeds, dev, checkout_commit())
+        snapshot = Snapshot.of(prep.cfg, layout.snapshot_file(members[0].out), key)
     _, seconds = fit_members(prep, members, dev, out=log_dir if single else None, progress=progress,
                              snapshot=snapshot)  # fmt: skip
     results = []
@@ -63,9 +65,14 @@ def train_members(prep: Prepared, seeds: list[int], cfgs: list[DictConfig], outs
         if m.ckpt_state is not None and m.cfg.save_checkpoint:
             save_state(m.ckpt_state, m.out)
         result = member_result(m, seconds / len(members))
-        extra = None if single else {
+        extra = {} if single else {
             "vectorized": {"members": len(members), "seeds": seeds, "chunk_train_seconds": seconds,
                            "train_seconds_note": "train_seconds is this member's share of the chunk"}}  # fmt: skip
+        if snapshot is not None and snapshot.resumed_epoch is not None:
+            extra["resumed"] = {"epoch": snapshot.resumed_epoch, "seconds_before": snapshot.seconds_before,
+                                "note": "went on from a snapshot at this epoch; the seconds include those before"}  # fmt: skip
         pl.seed_everything(m.seed, workers=False, verbose=False)  # as a run leaves the global RNGs
-        results.append(finalize(mprep, model, result, m.out, m.seed, extra_run_info=extra))
+        results.append(finalize(mprep, model, result, m.out, m.seed, extra_run_info=extra or None))
+    if snapshot is not None:
+        snapshot.discard()  # only now: a stop while the members' files were written goes on from it
     return results

@@ -10,12 +10,15 @@ with the seconds trained so far and the snapshot's *key*. It is written beside i
 stop while writing leaves the previous snapshot whole.
 
 A training that finds a snapshot with its own key goes on from it through Lightning's ``ckpt_path`` and ends as the
-uninterrupted training would have, number for number on the same machine; the key is a hash of the members' seeds
-and resolved configs and of the commit of the code (:func:`kcal.run.artifacts.checkout_commit`), so a snapshot of
-another stack, configuration or code is never continued: it is left aside with one log line, and overwritten by the
-new training's first snapshot. A finished training deletes its snapshot. ``trainer.snapshot_minutes: null`` writes
-none; 0 writes one at the end of every epoch. The snapshot is a cache of one machine's training: a state export
-(:mod:`kcal.orchestrate.state`) carries finished seeds only.
+uninterrupted training would have, number for number on the same machine (``run.json`` then says from which epoch,
+``resumed``). The key is a hash of the members' seeds, their resolved configs (all of them but
+``trainer.snapshot_minutes`` and ``trainer.progress_bar``), the device and the commit of the code
+(:func:`kcal.run.artifacts.checkout_commit`: like ``run.json``'s, it does not see uncommitted edits), so a snapshot of
+another stack, configuration, device or commit is never continued: it is left aside with one log line, and
+overwritten by the new training's first snapshot. A training deletes its snapshot once its members' files are
+written. ``trainer.snapshot_minutes: null`` writes none (one already there is still gone on from); 0 writes one at the
+end of every epoch. The snapshot is a cache of one machine's training: a state export (:mod:`kcal.orchestrate.state`)
+carries finished seeds only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,30 +40,41 @@ log = logging.getLogger(__name__)
 CHECKPOINT_KEY = "kcal_snapshot"
 
 
-def snapshot_key(cfgs: list[DictConfig], seeds: list[int], commit: str) -> str:
-    """The hash that a snapshot must carry to be continued: the seeds, the resolved configs, the code's commit."""
-    parts = {"seeds": [int(s) for s in seeds], "commit": commit,
-             "configs": [OmegaConf.to_container(c, resolve=True) for c in cfgs]}  # fmt: skip
+#: trainer keys that a snapshot's key leaves out: they change neither a number nor what is saved
+NOT_IN_KEY = ("snapshot_minutes", "progress_bar")
+
+
+def snapshot_key(cfgs: list[DictConfig], seeds: list[int], device: torch.device | str, commit: str) -> str:
+    """The hash that a snapshot must carry to be continued: the seeds, the resolved configs (without
+    :data:`NOT_IN_KEY`), the device and the code's commit."""
+    configs = [OmegaConf.to_container(c, resolve=True) for c in cfgs]
+    for c in configs:
+        for k in NOT_IN_KEY:
+            c.get("trainer", {}).pop(k, None)
+    parts = {"seeds": [int(s) for s in seeds], "configs": configs, "device": str(device), "commit": commit}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @dataclass
 class Snapshot:
-    """Where a training's snapshot goes, its key, and how often it is written (``every_s`` seconds; <= 0: each
-    epoch). :meth:`load` reads a snapshot to go on from, :meth:`due` and :meth:`save` write one, :meth:`discard`
-    deletes it when the training has ended."""
+    """Where a training's snapshot goes, its key, and how often it is written (``every_s`` seconds; 0: each epoch;
+    None: never). :meth:`load` reads a snapshot to go on from, :meth:`due` and :meth:`save` write one,
+    :meth:`discard` deletes it when the training has ended."""
 
     path: Path
     key: str
-    every_s: float
+    every_s: float | None
     seconds_before: float = 0.0  # trained by earlier processes, up to the snapshot this one went on from
+    resumed_epoch: int | None = None  # the first epoch this process trained, when it went on from a snapshot
     last_save: float = field(default_factory=time.perf_counter)
 
     @classmethod
-    def of(cls, cfg: DictConfig, path: Path, key: str) -> Snapshot | None:
-        """The snapshot of a training of ``cfg`` (None when ``trainer.snapshot_minutes`` is null)."""
+    def of(cls, cfg: DictConfig, path: Path, key: str) -> Snapshot:
+        """The snapshot of a training of ``cfg``, written every ``trainer.snapshot_minutes`` (null: never)."""
         minutes = cfg.trainer.get("snapshot_minutes")
-        return None if minutes is None else cls(Path(path), key, 60.0 * float(minutes))
+        if minutes is not None and float(minutes) < 0:
+            raise ValueError(f"trainer.snapshot_minutes must be >= 0 or null, got {minutes}")
+        return cls(Path(path), key, None if minutes is None else 60.0 * float(minutes))
 
     def load(self) -> Path | None:
         """The snapshot's path when there is one with this training's key to go on from (its seconds noted), else
@@ -76,13 +91,14 @@ class Snapshot:
             log.warning("kcal.run.snapshot: %s is of another stack, configuration or commit; training from the start",
                         self.path)  # fmt: skip
             return None
-        self.seconds_before = float(mine["seconds"])
+        self.seconds_before, self.resumed_epoch = float(mine["seconds"]), int(ckpt["epoch"]) + 1
         log.warning("kcal.run.snapshot: going on from %s at epoch %d (%.0f s trained before)",
-                    self.path, int(ckpt["epoch"]) + 1, self.seconds_before)  # fmt: skip
+                    self.path, self.resumed_epoch, self.seconds_before)  # fmt: skip
         return self.path
 
     def due(self) -> bool:
-        return time.perf_counter() - self.last_save >= self.every_s
+        """Whether ``every_s`` seconds have passed since the last snapshot (or the start)."""
+        return self.every_s is not None and time.perf_counter() - self.last_save >= self.every_s
 
     def content(self, engine_state: dict, seconds: float) -> dict:
         """kcal's part of the checkpoint: the key, the engine's state and the seconds trained in all."""
@@ -91,10 +107,13 @@ class Snapshot:
     def save(self, trainer) -> None:
         """Write the trainer's checkpoint (its module adds :meth:`content`) beside the snapshot, then over it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")  # a process of its own: its own file
         trainer.save_checkpoint(tmp)
         tmp.replace(self.path)
         self.last_save = time.perf_counter()
 
     def discard(self) -> None:
+        """Delete the snapshot, and any half-written one a stopped process left beside it."""
         self.path.unlink(missing_ok=True)
+        for tmp in self.path.parent.glob(f"{self.path.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
