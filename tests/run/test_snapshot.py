@@ -12,7 +12,7 @@ from kcal.core import layout
 from kcal.run import engine as E
 from kcal.run import single as S
 from kcal.run import stacked as V
-from kcal.run.snapshot import Snapshot
+from kcal.run.snapshot import Snapshot, snapshot_key
 
 from .test_vectorized import CANCER, CRIME, assert_close, cfg_for, history, needs_data, numbers
 
@@ -157,3 +157,15 @@ def test_a_stop_while_the_members_files_are_written_keeps_the_snapshot(tmp_path,
     with pytest.raises(Stop):
         train(cfg, tmp_path / "writing")
     assert torch.load(layout.snapshot_file(tmp_path / "writing" / "s0"), weights_only=True)["epoch"] == 4
+
+
+def test_the_key_holds_what_the_training_reads_and_not_how_runs_are_organised():
+    cfg = cfg_for(*CRIME, "objective=nll")
+    key = snapshot_key([cfg], [0], "cpu", "abc")
+    organised = OmegaConf.merge(OmegaConf.to_container(cfg, resolve=True), {"root": "/elsewhere", "paths": {"objectives": ["xe_kde"]},
+                                      "trainer": {"snapshot_minutes": 3, "progress_bar": False}})  # fmt: skip
+    assert snapshot_key([organised], [0], "cpu", "abc") == key
+    for other in (snapshot_key([cfg_for(*CRIME, "objective=nll", "trainer.lr=0.5")], [0], "cpu", "abc"),
+                  snapshot_key([cfg], [1], "cpu", "abc"), snapshot_key([cfg], [0], "cuda:0", "abc"),
+                  snapshot_key([cfg], [0], "cpu", "def")):  # fmt: skip
+        assert other != key

@@ -11,8 +11,9 @@ stop while writing leaves the previous snapshot whole.
 
 A training that finds a snapshot with its own key goes on from it through Lightning's ``ckpt_path`` and ends as the
 uninterrupted training would have, number for number on the same machine (``run.json`` then says from which epoch,
-``resumed``). The key is a hash of the members' seeds, their resolved configs (all of them but
-``trainer.snapshot_minutes`` and ``trainer.progress_bar``), the device and the commit of the code
+``resumed``). The key is a hash of the members' seeds, their resolved configs (but for :data:`NOT_IN_KEY`, so that
+``kcal paths`` with another ``paths.objectives`` goes on from a point another process began), the device and the
+commit of the code
 (:func:`kcal.run.artifacts.checkout_commit`: like ``run.json``'s, it does not see uncommitted edits), so a snapshot of
 another stack, configuration, device or commit is never continued: it is left aside with one log line, and
 overwritten by the new training's first snapshot. A training deletes its snapshot once its members' files are
@@ -40,8 +41,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT_KEY = "kcal_snapshot"
 
 
-#: trainer keys that a snapshot's key leaves out: they change neither a number nor what is saved
-NOT_IN_KEY = ("snapshot_minutes", "progress_bar")
+#: config keys that a snapshot's key leaves out: what organises runs (which points, roots, stages, sweeps) and what is
+#: shown or written besides, none of which a stack's training reads (any other key, known or new, is in the key)
+NOT_IN_KEY = ("seeds_run", "reproduce", "hparams_search", "sweep", "paths", "root", "hydra", "profile_name", "logger",
+              "figures", "save_checkpoint", "trainer.snapshot_minutes", "trainer.progress_bar")  # fmt: skip
 
 
 def snapshot_key(cfgs: list[DictConfig], seeds: list[int], device: torch.device | str, commit: str) -> str:
@@ -49,8 +52,13 @@ def snapshot_key(cfgs: list[DictConfig], seeds: list[int], device: torch.device 
     :data:`NOT_IN_KEY`), the device and the code's commit."""
     configs = [OmegaConf.to_container(c, resolve=True) for c in cfgs]
     for c in configs:
-        for k in NOT_IN_KEY:
-            c.get("trainer", {}).pop(k, None)
+        for dotted in NOT_IN_KEY:
+            *parents, last = dotted.split(".")
+            node = c
+            for k in parents:
+                node = node.get(k, {}) if isinstance(node, dict) else {}
+            if isinstance(node, dict):
+                node.pop(last, None)
     parts = {"seeds": [int(s) for s in seeds], "configs": configs, "device": str(device), "commit": commit}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
