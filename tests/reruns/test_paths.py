@@ -149,6 +149,37 @@ def test_a_record_keeps_the_seconds_and_commits_of_points_a_stopped_run_trained(
     assert point["commits"] == [stack["commit"]] and zero["commits"] == sorted(["0ld", stack["commit"]])
 
 
+@needs("heart-disease")
+def test_a_point_goes_on_in_a_run_with_other_paths_settings(tmp_path):
+    """Which points a run trains (``paths.*``) shapes no number of a point: a point one process began goes on in a
+    process started with other paths settings, also from a fingerprint stored with ``paths`` keys (before they
+    were left out); another training config is still refused."""
+    from kcal.reruns import paths
+    from kcal.sweep.fingerprint import FingerprintMismatch
+
+    out = layout.paths_dir(tmp_path, "heart-disease")
+    first = compose_cfg("paths", *HEART, f"root={tmp_path}", "paths.n_seeds=1")
+    start, info = paths.start_config(first)
+    began = paths.Point(out, "xe_mmd", 10.0, [0])
+    paths.train_point(began, paths.point_config(start, "xe_mmd", 10.0), info, first)  # a stop after seed 0
+    stored = began.dir / layout.FINGERPRINT_FILE
+    fingerprint = json.loads(stored.read_text())
+    assert fingerprint and not [k for k in fingerprint if k.startswith("paths.")]
+    old = {**fingerprint, "paths.objectives": ["xe_mmd"], "paths.n_seeds": 1}  # as an earlier kcal stored it
+    stored.write_text(json.dumps(old))
+    other = compose_cfg("paths", *HEART, f"root={tmp_path}", "paths.objectives=[xe_mmd,xe_kde]")
+    start, info = paths.start_config(other)
+    point = paths.Point(out, "xe_mmd", 10.0, [0, 1])
+    assert point.pending() == [1]
+    paths.train_point(point, paths.point_config(start, "xe_mmd", 10.0), info, other)
+    assert point.pending() == [] and json.loads(stored.read_text()) == old  # resumed, not re-stamped
+    longer = compose_cfg("paths", *HEART, f"root={tmp_path}", "trainer.max_epochs=3", "paths.n_seeds=3")
+    start, info = paths.start_config(longer)
+    with pytest.raises(FingerprintMismatch, match="trainer.max_epochs"):
+        paths.train_point(paths.Point(out, "xe_mmd", 10.0, [0, 1, 2]), paths.point_config(start, "xe_mmd", 10.0),
+                          info, longer)  # fmt: skip
+
+
 def test_bad_path_settings_are_refused_in_one_line(tmp_path):
     from kcal.reruns.paths import regularisers, run_paths
 

@@ -5,11 +5,12 @@ A fingerprint is a flat ``{key: value}`` dict of
 
 * the resolved config, minus what does not change a number: the seed (each trial and seed has its
   own), where results go (``root``, storage, study name, labels), how much is run (``sweep.n_trials``,
-  ``seeds_run.n_seeds``, the stages of ``reproduce``), how it is run (worker index, threads, batched or
+  ``seeds_run.n_seeds``, the stages of ``reproduce``, the grids of ``kcal paths``), how it is run (worker index, threads, batched or
   one-by-one seeds, which are bit-identical), and what else is written (progress bars, figures,
   per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it holds that value
   (``sweep.selection: paper``, ``objective.params.flavour: kcal``, ``objective.base_weight: 1.0``, so
-  studies and seed reruns made before the key existed keep their fingerprints).
+  studies and seed reruns made before the key existed keep their fingerprints). A stored fingerprint is read
+  through the same rule, so one stored before a key was left out still resumes.
   A profile counts through the values it sets, not its name;
 * ``data.<file>``: the hash of each raw file of the dataset (as verified by :mod:`kcal.data.sources`);
 * ``kcal.version``.
@@ -48,6 +49,7 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
     "sweep.n_trials", "sweep.worker", "sweep.storage", "sweep.study_name", "sweep.keep_checkpoints",
     "sweep.overwrite", "sweep.adopt", "sweep.heartbeat_interval", "sweep.grace_period", "sweep.max_retry", "trainer.progress_bar", "trainer.num_threads", "trainer.snapshot_minutes", "trainer.log_dce", "logger",
     "figures", "save_checkpoint",
+    "paths",  # which points a paths run trains (grids, objectives, seeds); each point's own config is the rest
     "objective.flavour_by_protocol",  # a table: the value it resolves to, objective.params.flavour, counts
 )  # fmt: skip
 # config key -> the value at which the fingerprint leaves it out
@@ -77,7 +79,12 @@ def flatten(tree, prefix: str = "") -> dict[str, object]:
 def shaping_config(cfg: DictConfig, drop: tuple[str, ...] = ()) -> dict[str, object]:
     """The resolved config as flat keys, without :data:`NOT_SHAPING` (and ``drop``), and without a key of
     :data:`LEFT_OUT_AT` that holds its value there."""
-    flat = flatten(OmegaConf.to_container(cfg, resolve=True))
+    return shaping(flatten(OmegaConf.to_container(cfg, resolve=True)), drop)
+
+
+def shaping(flat: dict[str, object], drop: tuple[str, ...] = ()) -> dict[str, object]:
+    """``flat`` (config keys, or a stored fingerprint) without the keys :func:`shaping_config` leaves out. Applied to
+    a stored fingerprint too, so one stored before a key was found not to shape a number still resumes."""
     excluded = NOT_SHAPING + drop
     return {k: v for k, v in flat.items()
             if not any(k == e or k.startswith(e + ".") for e in excluded) and LEFT_OUT_AT.get(k, ...) != v}  # fmt: skip
@@ -162,7 +169,8 @@ def check_study(study, cfg: DictConfig, space: dict | None = None) -> bool:
     a new one and stamps it with :func:`stamp_study`. Raises :class:`FingerprintMismatch` otherwise.
     """
     current = study_fingerprint(cfg, space)
-    action = settle(study.user_attrs.get(STUDY_ATTR), current, has_runs=len(study.get_trials(deepcopy=False)) > 0,
+    stored = study.user_attrs.get(STUDY_ATTR)
+    action = settle(None if stored is None else shaping(stored), current, has_runs=len(study.get_trials(deepcopy=False)) > 0,
                     what=f"sweep study {study.study_name!r}", flag="sweep",
                     overwrite=bool(cfg.sweep.get("overwrite")), adopt=bool(cfg.sweep.get("adopt")))  # fmt: skip
     if action == "stamp":
@@ -178,7 +186,7 @@ def check_seeds(label_dir: Path, base: DictConfig, best: dict, cfg: DictConfig) 
     ``seeds_run.overwrite=true``) delete its finished seeds; raise :class:`FingerprintMismatch` otherwise."""
     path = Path(label_dir) / SEEDS_FILE
     current = seeds_fingerprint(base, best)
-    stored = json.loads(path.read_text()) if path.is_file() else None
+    stored = shaping(json.loads(path.read_text()), SEEDS_ONLY_NOT_SHAPING) if path.is_file() else None
     has_runs = bool(layout.finished_seed_files(label_dir))
     action = settle(stored, current, has_runs, what=f"seed directory {label_dir}", flag="seeds_run",
                     overwrite=bool(cfg.seeds_run.get("overwrite")), adopt=bool(cfg.seeds_run.get("adopt")))  # fmt: skip
