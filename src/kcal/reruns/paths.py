@@ -14,7 +14,8 @@ further (:func:`next_weight`), at most ``paths.max_extension`` points.
 Every point is trained on seeds ``0 .. paths.n_seeds-1`` (vectorised, :func:`kcal.reruns.seeds.train_seeds`) into
 ``<root>/paths/<dataset>/<objective>/objective.weight=<λ>/seeds/seed<k>/`` (:mod:`kcal.core.layout`); finished seeds
 are skipped and a point's seeds of another configuration are refused (:func:`kcal.sweep.fingerprint.check_seeds`),
-so the command resumes where it stopped. Progress goes to stderr, one line per point.
+so the command resumes where it stopped. Progress goes to stderr, one line per point (a point that went on from a
+training snapshot also says how long it trained before the stop).
 
 Several processes may run one dataset's paths at once (the same command, one a core, on the same root): a process
 trains a point only while it holds the point's claim (:func:`kcal.core.layout.claim_file`, a lock file beside the
@@ -281,6 +282,17 @@ def trainings(point: Point) -> tuple[float, list[str], bool]:
     return seconds, sorted(commits), unknown
 
 
+def resumed_note(point: Point, trained: list[int]) -> str:
+    """`` after N before a stop (a snapshot at epoch E)`` when the stack that trained seeds ``trained`` of the point
+    went on from a snapshot (its first seed's ``run.json`` ``resumed``, :mod:`kcal.run.snapshot`), else ``""``:
+    the progress line's seconds are this process's only."""
+    info_file = point.dirs[point.seeds.index(trained[0])] / layout.RUN_INFO_FILE if trained else None
+    resumed = json.loads(info_file.read_text()).get("resumed") if info_file and info_file.is_file() else None
+    if not resumed:
+        return ""
+    return f", after {duration(float(resumed['seconds_before']))} before a stop (a snapshot at epoch {resumed['epoch']})"
+
+
 def distinct_commits(commits: list[str]) -> list[str]:
     """The commits, sorted, each once: an abbreviation of another listed (git's short hashes grow with the
     repository: ``6659ffbd`` and ``6659ffbdd`` are one commit) gives way to the longer."""
@@ -349,7 +361,7 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         try:
             if not point.pending():  # another process finished it while this one waited
                 return True
-            t0, cpu, n = time.perf_counter(), time.process_time(), len(point.pending())
+            t0, cpu, pending = time.perf_counter(), time.process_time(), point.pending()
             run_cfg = point_config(start, point.objective, point.weight)
             train_point(point, run_cfg, info, cfg)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
@@ -359,8 +371,9 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         new = {(p.objective, p.weight) for p in finished} - counted
         counted.update(new)
         elsewhere = f" (+{len(new) - 1} by another process)" if len(new) > 1 else ""
-        progress.advance(len(new), f"[paths {dataset}] {point.label()}: {n} seeds in {duration(seconds)}"
-                                   f"{cpu_note(cpu)}{elsewhere}", "point", seconds, cpu=cpu)  # fmt: skip
+        progress.advance(len(new), f"[paths {dataset}] {point.label()}: {len(pending)} seeds in {duration(seconds)}"
+                                   f"{cpu_note(cpu)}{resumed_note(point, pending)}{elsewhere}", "point", seconds,
+                         cpu=cpu)  # fmt: skip
         return True
 
     base = {name: len(points) for name, points in paths.items()}
