@@ -76,14 +76,19 @@ def test_a_stopped_stack_goes_on_from_its_snapshot_as_if_never_stopped(tmp_path,
         cfg_for(*overrides, "trainer.snapshot_minutes=null"), tmp_path / "whole", seeds
     )  # writing none
     snap = layout.snapshot_file(tmp_path / "stopped" / f"s{seeds[0]}")
-    with monkeypatch.context() as m:
+    with monkeypatch.context() as m, caplog.at_level(logging.INFO, logger="kcal.run.module"):
         stop_at(m, stop)
         with pytest.raises(Stop):
             train(cfg_for(*overrides, EVERY_EPOCH), tmp_path / "stopped", seeds)
     assert snap.is_file() and not layout.is_finished(snap.parent)
     saved = torch.load(snap, weights_only=True)
     assert saved["epoch"] == stop - 1 and saved["kcal_snapshot"]["seconds"] > 0
-    assert (len(saved["kcal_snapshot"]["engine"]["active"]) < len(seeds)) == some_stopped
+    training = len(saved["kcal_snapshot"]["engine"]["active"])
+    assert (training < len(seeds)) == some_stopped
+    # each snapshot is a progress line in the run's log
+    assert f"epoch {stop - 1}: {training} of {len(seeds)} members training" in caplog.text
+    assert caplog.text.count("snapshot written to") == stop
+    caplog.clear()
 
     with caplog.at_level(
         logging.WARNING, logger="kcal.run.snapshot"

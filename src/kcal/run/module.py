@@ -23,10 +23,13 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.plugins.environments import SLURMEnvironment
 
+from kcal.core.progress import duration
 from kcal.run.engine import Engine, Member
 from kcal.run.epoch import as_float32
 from kcal.run.setup import Prepared
 from kcal.run.snapshot import CHECKPOINT_KEY, Snapshot
+
+log = logging.getLogger(__name__)
 
 warnings.filterwarnings("ignore", message=".*LeafSpec.*")  # a Lightning-internal deprecation, not ours
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")  # no DataLoader by design
@@ -71,9 +74,13 @@ class EngineModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def on_train_epoch_end(self):
-        """Write the snapshot when it is due and members still train (a finished stack needs none)."""
+        """Write the snapshot when it is due and members still train (a finished stack needs none), with a log line:
+        a long stack's progress in the run's log."""
         if self.snapshot is not None and self.engine.active and self.snapshot.due():
             self.snapshot.save(self.trainer)
+            log.info("epoch %d: %d of %d members training, %s trained; snapshot written to %s",
+                     self.current_epoch, len(self.engine.active), len(self.engine.members),
+                     duration(self.snapshot.seconds_before + time.perf_counter() - self.t0), self.snapshot.path)  # fmt: skip
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Lightning's checkpoint carries the engine's state, the snapshot's key and the seconds trained."""

@@ -7,7 +7,8 @@ written to :func:`kcal.core.layout.snapshot_file` of its first member's folder: 
 comes next) and the engine's (:meth:`kcal.run.engine.Engine.state_dict`: the stacked weights, Adam's state, the
 members still training, each member's batch-order and noise generators, early stopping, history and best weights),
 with the seconds trained so far and the snapshot's *key*. It is written beside its place and renamed over it, so a
-stop while writing leaves the previous snapshot whole.
+stop while writing leaves the previous snapshot whole. Each snapshot also logs a line (the epoch, the
+members still training, the time trained): a long stack's progress in the run's log.
 
 A training that finds a snapshot with its own key goes on from it through Lightning's ``ckpt_path`` and ends as the
 uninterrupted training would have, number for number on the same machine (``run.json`` then says from which epoch,
