@@ -5,13 +5,13 @@ A fingerprint is a flat ``{key: value}`` dict of
 
 * the resolved config, minus what does not change a number: the seed (each trial and seed has its
   own), where results go (``root``, storage, study name, labels), how much is run (``sweep.n_trials``,
-  ``seeds_run.n_seeds``, the stages of ``reproduce``, the grids of ``kcal paths``), how it is run (worker index, threads, batched or
-  one-by-one seeds, which are bit-identical), and what else is written (progress bars, figures,
-  per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it holds that value
-  (``sweep.selection: paper``, ``objective.params.flavour: kcal``, ``objective.base_weight: 1.0``, so
-  studies and seed reruns made before the key existed keep their fingerprints). A stored fingerprint is read
-  through the same rule, so one stored before a key was left out still resumes.
-  A profile counts through the values it sets, not its name;
+  ``seeds_run.n_seeds``, the stages of ``reproduce``, the points of ``kcal paths``), how it is run (worker
+  index, threads, batched or one-by-one seeds, which are bit-identical), and what else is written
+  (progress bars, figures, per-epoch DCE logs, checkpoints), and a key of :data:`LEFT_OUT_AT` while it
+  holds that value (``sweep.selection: paper``, ``objective.params.flavour: kcal``,
+  ``objective.base_weight: 1.0``, so studies and seed reruns made before the key existed keep their
+  fingerprints). A stored fingerprint is read through the same rule, so one stored before a key was left
+  out still resumes. A profile counts through the values it sets, not its name;
 * ``data.<file>``: the hash of each raw file of the dataset (as verified by :mod:`kcal.data.sources`);
 * ``kcal.version``.
 
