@@ -15,6 +15,7 @@ from kcal.baselines import (
     logsumexp_truncated,
     loo_log_likelihood,
     mmce,
+    mmce_stacked,
     select_bandwidth,
     select_bandwidths,
 )
@@ -381,6 +382,33 @@ def test_loo_log_likelihood_in_blocks_equals_the_whole_dirichlet_log_kernel(monk
             expected = (direct - norm).sum(-1)
             torch.testing.assert_close(loo_log_likelihood(probs, grid, authors=authors), expected, rtol=1e-10,
                                        atol=1e-8)  # fmt: skip
+
+
+@pytest.mark.parametrize("scaling", ["kumar", "authors"])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_mmce_stacked_is_mmce_of_each_batch(scaling, weighted):
+    """K batches at once (a stack of seeds): each batch's value and gradient are mmce's of it alone, to rounding
+    (float64 here, so 1e-10 is generous), a batch with no wrong prediction (MMCE exactly 0) beside the others."""
+    g = torch.Generator().manual_seed(3)
+    scales = torch.tensor([0.3, 1.0, 4.0, 12.0], dtype=DT).reshape(-1, 1, 1)
+    logits = torch.randn(4, 16, 3, generator=g, dtype=DT) * scales
+    labels = torch.randint(0, 3, (4, 16), generator=g)
+    labels[2] = logits[2].argmax(-1)  # every prediction right: the degenerate branch
+    logits.requires_grad_()
+    values = mmce_stacked(
+        torch.softmax(logits, -1), labels, bandwidth=0.3, weighted=weighted, scaling=scaling
+    )
+    (grads,) = torch.autograd.grad(values.sum(), logits)
+    assert values.shape == (4,) and (float(values[2]) == 0.0) == weighted
+    for k in range(4):
+        own = logits.detach()[k].requires_grad_()
+        one = mmce(torch.softmax(own, -1), labels[k], bandwidth=0.3, weighted=weighted, scaling=scaling)
+        torch.testing.assert_close(values[k], one, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grads[k], torch.autograd.grad(one, own)[0], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"probs \(K, n, m\) and labels \(K, n\), got \(16, 3\)"):
+        mmce_stacked(torch.softmax(logits, -1)[0], labels[0])
+    with pytest.raises(ValueError, match="unknown MMCE scaling 'paper'"):
+        mmce_stacked(torch.softmax(logits, -1), labels, scaling="paper")
 
 
 @pytest.mark.parametrize("chunk", [3 * 16 * 16, 1 << 20])

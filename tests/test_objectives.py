@@ -242,8 +242,8 @@ def test_the_trainer_weights_the_base_loss_in_its_steps_and_in_val_loss(tmp_path
 
 
 def test_the_stack_probe_refuses_a_batched_ece_kde_one_ulp_off_and_probes_once_per_shape(monkeypatch):
-    """Objective.stack_exact: a batched ECE-KDE whose value, gradient or bandwidth scores differ from the members'
-    own by one ulp is refused (the engine then takes the members one by one); the probe runs once per shape and
+    """Objective.stack_exact: a batched ECE-KDE (or MMCE) whose value, gradient or bandwidth scores differ from the
+    members' own by one ulp is refused (the engine then takes the members one by one); the probe runs once per shape and
     parameters. Whether the true batched call passes depends on the CPU's kernels, so it is not asserted here."""
     import kcal.baselines as baselines
 
@@ -280,5 +280,12 @@ def test_the_stack_probe_refuses_a_batched_ece_kde_one_ulp_off_and_probes_once_p
     for shape in [(4, 16, 2), (4, 16, 2), (3, 16, 2)]:
         objective.stack_exact(torch.zeros(shape))
     assert [key[0] for key in calls] == [(4, 16, 2), (3, 16, 2)]
-    assert not Objective("xe_mmce", "classification", "mmce", 1.0, {}).stack_exact(torch.zeros(4, 16, 2))
+    mmce = Objective("xe_mmce", "classification", "mmce", 1.0, {"bandwidth": 0.4, "scaling": "kumar"})
+    monkeypatch.setattr(
+        Objective,
+        "stacked_regularization",
+        lambda self, o, y: torch.nextafter(real(self, o, y), torch.tensor(1.0)),
+    )
+    assert not mmce.stack_exact(torch.randn(4, 16, 2))  # MMCE's batched form is probed alike
+    assert not Objective("xe_mmce", "classification", "mmce", 0.0, {}).stack_exact(torch.zeros(4, 16, 2))
     assert not kde().stack_exact(torch.zeros(16, 2))  # one member's outputs: nothing to stack

@@ -11,11 +11,11 @@ Inputs: ``probs`` ``(n, m)`` class probabilities (numpy or torch; logits are ref
 ``softmax(logits, -1)``) and ``labels`` ``(n,)`` integer classes, checked by :func:`kcal.inputs.check_probs`
 (``validate_args=False`` skips the value checks and their host synchronisation in a training loop).
 
-Both return scalar tensors differentiable w.r.t. ``probs``. ``ece_kde_stacked`` is ``ece_kde`` of K batches
-at once (``(K, n, m)`` probabilities, a stack of seed reruns), without a host synchronisation (with the default
-grid and ``validate_args=False``). They are vectorised (no Python loops over
-examples, classes or candidate bandwidths) and use masks/weights instead of boolean indexing, so empty
-groups (e.g. no misclassified example) are handled without special-casing shapes.
+Both return scalar tensors differentiable w.r.t. ``probs``. ``mmce_stacked`` and ``ece_kde_stacked`` are ``mmce``
+and ``ece_kde`` of K batches at once (``(K, n, m)`` probabilities, a stack of seed reruns), without a host
+synchronisation (``ece_kde_stacked`` with the default grid; both with ``validate_args=False``). They are
+vectorised (no Python loops over examples, classes or candidate bandwidths) and use masks/weights instead of
+boolean indexing, so empty groups (e.g. no misclassified example) are handled without special-casing shapes.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ __all__ = [
     "logsumexp_truncated",
     "loo_log_likelihood",
     "mmce",
+    "mmce_stacked",
     "select_bandwidth",
     "select_bandwidths",
 ]
@@ -89,26 +90,69 @@ def mmce(
     ``weighted=False``: the unweighted MMCE_m of Kumar et al.:
     ``sqrt(max(0, sum_ij (c_i - r_i)(c_j - r_j) k_ij / n^2) + 1e-10)`` (``scaling`` does not apply).
     """
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
+    return _mmce_rows(
+        probs, labels, check_positive("bandwidth", bandwidth), weighted, _checked_scaling(scaling)
+    )
+
+
+def mmce_stacked(
+    probs: Tensor,
+    labels: Tensor,
+    bandwidth: float = 0.4,
+    weighted: bool = True,
+    *,
+    scaling: str = "kumar",
+    validate_args: bool = True,
+) -> Tensor:
+    """:func:`mmce` of K batches at once: ``probs`` ``(K, n, m)``, ``labels`` ``(K, n)``, result ``(K,)``. The same
+    operations with a batch dimension: each batch's value and gradient equal ``mmce`` of it alone to rounding
+    (batched reductions may sum in another order; :mod:`kcal.run.engine` uses this only where a probe finds them
+    equal bit for bit on the device)."""
+    probs, labels = torch.as_tensor(probs), torch.as_tensor(labels)
+    if probs.ndim != 3 or labels.shape != probs.shape[:2]:
+        raise ValueError(
+            f"mmce_stacked takes probs (K, n, m) and labels (K, n), got {tuple(probs.shape)} and "
+            f"{tuple(labels.shape)}"
+        )
+    k, n, m = probs.shape
+    flat, flat_labels = check_probs(
+        probs.reshape(k * n, m), labels.reshape(k * n), validate_args=validate_args
+    )
+    return _mmce_rows(flat.reshape(k, n, m), flat_labels.reshape(k, n), check_positive("bandwidth", bandwidth),
+                      weighted, _checked_scaling(scaling))  # fmt: skip
+
+
+def _checked_scaling(scaling: str) -> str:
     if scaling not in MMCE_SCALINGS:
         raise ValueError(f"unknown MMCE scaling {scaling!r}; valid: {list(MMCE_SCALINGS)}")
-    probs, labels = check_probs(probs, labels, validate_args=validate_args)
-    n = probs.shape[0]
-    bandwidth = check_positive("bandwidth", bandwidth)
+    return scaling
+
+
+def _quadratic(u: Tensor, kern: Tensor, w: Tensor) -> Tensor:
+    """``sum_ij u_i k_ij w_j`` over the last dimensions (``u``, ``w`` ``(..., n)``, ``kern`` ``(..., n, n)``):
+    products and one sum, the same operations with and without batch dimensions."""
+    return (u.unsqueeze(-1) * kern * w.unsqueeze(-2)).sum((-2, -1))
+
+
+def _mmce_rows(probs: Tensor, labels: Tensor, bandwidth: float, weighted: bool, scaling: str) -> Tensor:
+    """:func:`mmce` of checked ``probs`` ``(..., n, m)`` and ``labels`` ``(..., n)``, one value per leading index."""
+    n = probs.shape[-2]
     conf, pred = probs.max(dim=-1)
     correct = (pred == labels).to(probs.dtype)
-    kern = laplacian(conf, conf, bandwidth)  # (n, n)
+    kern = laplacian(conf.unsqueeze(-1), conf.unsqueeze(-1), bandwidth)  # (..., n, n)
     if not weighted:
         u = correct - conf
-        v = (u @ kern @ u) / (n * n)
+        v = _quadratic(u, kern, u) / (n * n)
         return torch.sqrt(v.clamp_min(0.0) + 1e-10)
     wrong = 1.0 - correct
-    m_c = correct.sum()
-    m_i = wrong.sum()
+    m_c = correct.sum(-1)
+    m_i = wrong.sum(-1)
     w_c = correct * (1.0 - conf)
     w_i = wrong * conf
-    a = w_c @ kern @ w_c
-    b = w_i @ kern @ w_i
-    x = w_c @ kern @ w_i
+    a = _quadratic(w_c, kern, w_c)
+    b = _quadratic(w_i, kern, w_i)
+    x = _quadratic(w_c, kern, w_i)
     mc1, mi1 = m_c.clamp_min(1.0), m_i.clamp_min(1.0)  # only to keep the degenerate branch finite
     if scaling == "authors":
         v = (

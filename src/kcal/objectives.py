@@ -34,6 +34,8 @@ from kcal.inputs import TASKS, check_bandwidths, check_weight
 from kcal.metrics import regression as regression_metrics
 
 REGULARIZERS = {"regression": (None, "mmd"), "classification": (None, "mmd", "mmce", "kde")}
+#: the regularisers with a batched form for a stack of members (Objective.stack_exact)
+STACKED = ("mmce", "kde")
 
 
 @dataclass
@@ -111,11 +113,10 @@ class Objective:
         reruns' logits) its own :meth:`regularization`'s value and gradients bit for bit on their device: a probe
         on random logits of these shapes, once per shape, dtype, device, parameters and thread count; with the
         bandwidth chosen per batch, the selector's leave-one-out scores must agree too (a near-tie on real data
-        would otherwise pick another bandwidth). Only ECE-KDE has a batched form
-        (:func:`kcal.baselines.ece_kde_stacked`; on this project's CPU the probe passes for two and three classes,
-        not from four); the MMD has its own (:meth:`kcal.mmd.steps.MMDStep.stack_exact`), and MMCE's batched
-        products round its gradients otherwise."""
-        if self.regularizer != "kde" or self.weight == 0 or outputs.dim() != 3:
+        would otherwise pick another bandwidth). ECE-KDE (:func:`kcal.baselines.ece_kde_stacked`; on this project's
+        CPU the probe passes for two and three classes, not from four) and MMCE (:func:`kcal.baselines.mmce_stacked`)
+        have a batched form here; the MMD has its own (:meth:`kcal.mmd.steps.MMDStep.stack_exact`)."""
+        if self.regularizer not in STACKED or self.weight == 0 or outputs.dim() != 3:
             return False
         key = (tuple(outputs.shape), outputs.dtype, outputs.device, self._params_key, torch.get_num_threads())
         if key not in self._stack_probes:
@@ -127,7 +128,8 @@ class Objective:
         g = torch.Generator().manual_seed(0)
         logits = (4.0 * torch.randn(shape, generator=g, dtype=dtype)).to(device).requires_grad_()
         y = torch.randint(0, shape[-1], shape[:-1], generator=g).to(device)
-        if self.params.get("bandwidth") is None and not self._same_scores(torch.softmax(logits.detach(), -1)):
+        if (self.regularizer == "kde" and self.params.get("bandwidth") is None
+                and not self._same_scores(torch.softmax(logits.detach(), -1))):  # fmt: skip
             return False
         values = self.stacked_regularization(logits, y)
         (grads,) = torch.autograd.grad(values.sum(), logits)
@@ -159,10 +161,12 @@ class Objective:
 
     def stacked_regularization(self, outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(K,)`` regularisers of K members' logits ``(K, n, m)`` and labels ``(K, n)`` in one batched call (ECE-KDE
-        only; where :meth:`stack_exact`, each equals the member's own :meth:`regularization` bit for bit)."""
-        from kcal.baselines import ece_kde_stacked
+        and MMCE, :data:`STACKED`; where :meth:`stack_exact`, each equals the member's own :meth:`regularization`
+        bit for bit)."""
+        from kcal.baselines import ece_kde_stacked, mmce_stacked
 
-        return ece_kde_stacked(torch.softmax(outputs, dim=-1), y, **self.params, validate_args=False)
+        stacked = mmce_stacked if self.regularizer == "mmce" else ece_kde_stacked
+        return stacked(torch.softmax(outputs, dim=-1), y, **self.params, validate_args=False)
 
     @property
     def uses_noise(self) -> bool:

@@ -295,11 +295,14 @@ def test_the_engines_clip_is_torchs_clip_grad_norm(max_norm):
 
 
 @needs_data
+@pytest.mark.parametrize("objective", ["xe_kde", "xe_mmce"])
 @pytest.mark.parametrize("exact", [True, False])
-def test_xe_kde_batched_or_member_by_member_equals_single_runs(tmp_path, monkeypatch, exact):
-    """ECE-KDE in a stack: one batched call for all members (kcal.baselines.ece_kde_stacked) where
-    Objective.stack_exact's probe passes (forced here, so it runs on any CPU), member by member where it fails;
-    either way each member trains as its single run does (to rounding)."""
+def test_a_batched_or_member_by_member_regulariser_equals_single_runs(
+    tmp_path, monkeypatch, exact, objective
+):
+    """ECE-KDE and MMCE in a stack: one batched call for all members (kcal.baselines.ece_kde_stacked, mmce_stacked)
+    where Objective.stack_exact's probe passes (forced here, so it runs on any CPU), member by member where it
+    fails; either way each member trains as its single run does (to rounding)."""
     calls = {"probe": 0, "batched": 0}
     stacked = Objective.stacked_regularization
 
@@ -314,7 +317,11 @@ def test_xe_kde_batched_or_member_by_member_equals_single_runs(tmp_path, monkeyp
     monkeypatch.setattr(Objective, "_probe_stack", probe)
     monkeypatch.setattr(Objective, "stacked_regularization", counted)
     cfg = cfg_for(
-        *CANCER, "objective=xe_kde", "objective.weight=1", "trainer.max_epochs=3", "trainer.min_epochs=0"
+        *CANCER,
+        f"objective={objective}",
+        "objective.weight=1",
+        "trainer.max_epochs=3",
+        "trainer.min_epochs=0",
     )
     check_equivalent(cfg, tmp_path)
     assert calls["probe"] >= 1 and (calls["batched"] > 0) == exact

@@ -307,7 +307,7 @@ class Engine:
         return sums / max(nb, 1)
 
     def _stacked_regularizer(self, outputs, xb, yb, const) -> torch.Tensor:
-        """(K,) regularisers of the active members: the MMD and ECE-KDE in one batched call where a probe finds it
+        """(K,) regularisers of the active members: the MMD, MMCE and ECE-KDE in one batched call where a probe finds it
         exact on the device (:meth:`kcal.mmd.steps.MMDStep.stack_exact`, each member's draws from its own
         generator; :meth:`kcal.objectives.Objective.stack_exact`), any other member by member."""
         if self.objective.stack_exact(outputs):
