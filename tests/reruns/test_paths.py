@@ -115,6 +115,29 @@ def test_processes_share_a_dataset_point_by_point_and_never_train_a_point_twice(
 
 
 @needs("heart-disease")
+def test_a_process_told_not_to_wait_leaves_the_other_process_its_last_points(tmp_path, capsys):
+    """``paths.wait=false``: when every point left is another process's, the process ends (its core free for the
+    next dataset) and writes no path that waits for them; run again once they are free, it trains and writes."""
+    from filelock import FileLock
+
+    from kcal.reruns import paths
+
+    cfg = compose_cfg("paths", *HEART, f"root={tmp_path}", "paths.wait=false")
+    out = layout.paths_dir(tmp_path, "heart-disease")
+    ten = paths.Point(out, "xe_mmd", 10.0, [0, 1])
+    ten.dir.parent.mkdir(parents=True, exist_ok=True)
+    other = FileLock(layout.claim_file(ten.dir), thread_local=False)  # another process's claim
+    other.acquire()
+    assert paths.run_paths(cfg) == {}
+    err = capsys.readouterr().err
+    assert "xe λ=0: 2 seeds in" in err and "ending without waiting (that process writes xe_mmd)" in err
+    assert ten.pending() == [0, 1] and not layout.path_table(out, "xe_mmd").exists()
+    other.release()
+    assert paths.run_paths(cfg) == {"xe_mmd": layout.path_table(out, "xe_mmd")}
+    assert "2 points finished\n" in capsys.readouterr().err.replace(" | paths 100%", "")
+
+
+@needs("heart-disease")
 def test_a_record_keeps_the_seconds_and_commits_of_points_a_stopped_run_trained(tmp_path):
     from kcal.reruns import paths
 

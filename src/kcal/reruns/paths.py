@@ -23,7 +23,8 @@ point's folder, :class:`filelock.FileLock`; the OS releases it when the process 
 filesystem without ``flock`` filelock falls back to a lock file that a killed process leaves behind: delete it). A point
 another process holds is passed over: each process goes path by path through the points nobody holds, comes back
 to a path once the other process has finished its points, and waits for one only when no path can go on without
-it. Progress then counts the points every process finished. Per regulariser it writes, once its path is complete:
+it (``paths.wait: false``: it ends there instead, and the other process writes those paths; a core is then free for
+the next dataset). Progress then counts the points every process finished. Per regulariser it writes, once its path is complete:
 
 * ``<root>/paths/<dataset>/<objective>.csv``: the tidy columns of :mod:`kcal.reruns.seeds` (both flavours, without
   and with post-hoc recalibration) with ``weight`` (λ; 0 is the unregularised model) and ``reg_share`` (the median
@@ -329,8 +330,8 @@ def path_record(cfg: DictConfig, objective: str, start: dict, points: list[dict]
 def run_paths(cfg: DictConfig) -> dict[str, Path]:
     """Train every pending point of the dataset's paths, λ = 0 first, then path by path; each path's table and
     record are written as soon as its last point is trained (an interrupted run leaves the finished paths written).
-    Points another process holds are passed over and come back to (module docstring). Returns the tables written,
-    by objective."""
+    Points another process holds are passed over and come back to, or with ``paths.wait: false`` left to it once
+    they are all that is left (module docstring). Returns the tables written, by objective."""
     dataset = cfg.dataset.name
     names = regularisers(cfg)
     n_seeds = int(cfg.paths.n_seeds)
@@ -405,13 +406,16 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
             if complete(name, wait=False):
                 written[name] = write_path(cfg, name, paths[name], start, info, commit)
                 say(dataset, f"{name}: {written[name]} and {layout.path_record(out, name).name}")
-        if all(name not in written for name in waiting):  # every path waits for another process: wait on one
-            complete(waiting[0], wait=True)
+        if all(name not in written for name in waiting):  # every path waits for another process
+            if not cfg.paths.wait:  # it writes them once its points are done
+                say(dataset, f"every point left is another process's; ending without waiting (that process writes "
+                             f"{', '.join(waiting)})")  # fmt: skip
+                break
+            complete(waiting[0], wait=True)  # wait on one
         waiting = [name for name in waiting if name not in written]
-    progress.finish(
-        f"[paths {dataset}] {1 + sum(len(points) - 1 for points in paths.values())} points finished"
-    )
-    return {name: written[name] for name in paths}
+    progress.finish(f"[paths {dataset}] {1 + sum(len(points) - 1 for points in paths.values())} points "
+                    + ("finished" if not waiting else "finished or another process's"))  # fmt: skip
+    return written
 
 
 def take_claim(point: Point, wait: bool, dataset: str, told: set[Path]) -> FileLock | None:
