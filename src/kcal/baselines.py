@@ -109,18 +109,25 @@ def mmce_stacked(
     operations with a batch dimension: each batch's value and gradient equal ``mmce`` of it alone to rounding
     (batched reductions may sum in another order; :mod:`kcal.run.engine` uses this only where a probe finds them
     equal bit for bit on the device)."""
+    probs, labels = _checked_stack("mmce_stacked", probs, labels, validate_args)
+    return _mmce_rows(
+        probs, labels, check_positive("bandwidth", bandwidth), weighted, _checked_scaling(scaling)
+    )
+
+
+def _checked_stack(name: str, probs, labels, validate_args: bool) -> tuple[Tensor, Tensor]:
+    """K batches' ``probs`` ``(K, n, m)`` and ``labels`` ``(K, n)`` as tensors, each batch checked as
+    :func:`kcal.inputs.check_probs` checks one; ``name``: the function they are for, in the shape error."""
     probs, labels = torch.as_tensor(probs), torch.as_tensor(labels)
     if probs.ndim != 3 or labels.shape != probs.shape[:2]:
         raise ValueError(
-            f"mmce_stacked takes probs (K, n, m) and labels (K, n), got {tuple(probs.shape)} and "
-            f"{tuple(labels.shape)}"
+            f"{name} takes probs (K, n, m) and labels (K, n), got {tuple(probs.shape)} and {tuple(labels.shape)}"
         )
     k, n, m = probs.shape
     flat, flat_labels = check_probs(
         probs.reshape(k * n, m), labels.reshape(k * n), validate_args=validate_args
     )
-    return _mmce_rows(flat.reshape(k, n, m), flat_labels.reshape(k, n), check_positive("bandwidth", bandwidth),
-                      weighted, _checked_scaling(scaling))  # fmt: skip
+    return flat.reshape(k, n, m), flat_labels.reshape(k, n)
 
 
 def _checked_scaling(scaling: str) -> str:
@@ -395,17 +402,8 @@ def ece_kde_stacked(
     in batched operations: each batch's value and gradient equal ``ece_kde`` of it alone to rounding (batched
     kernels may sum in another order; :mod:`kcal.run.engine` uses this only where a probe finds them equal bit
     for bit on the device)."""
-    probs, labels = torch.as_tensor(probs), torch.as_tensor(labels)
-    if probs.ndim != 3 or labels.shape != probs.shape[:2]:
-        raise ValueError(
-            f"ece_kde_stacked takes probs (K, n, m) and labels (K, n), got {tuple(probs.shape)} and "
-            f"{tuple(labels.shape)}"
-        )
-    k, n, m = probs.shape
-    flat, flat_labels = check_probs(
-        probs.reshape(k * n, m), labels.reshape(k * n), validate_args=validate_args
-    )
-    probs, labels = flat.reshape(k, n, m), flat_labels.reshape(k, n)
+    probs, labels = _checked_stack("ece_kde_stacked", probs, labels, validate_args)
+    k, n, _ = probs.shape
     p = _checked_p(flavour, n, p)
     if bandwidth is None:
         bandwidth = select_bandwidths(probs, bandwidth_grid, "authors" if flavour == "authors" else "none")
