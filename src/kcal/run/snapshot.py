@@ -17,9 +17,9 @@ uninterrupted training would have, number for number on the same machine (``run.
 commit of the code (:func:`kcal.run.artifacts.checkout_commit`: like ``run.json``'s, it does not see uncommitted
 edits), so a snapshot of another stack, configuration, device or commit is never continued: it is left aside with
 one log line, and overwritten by the new training's first snapshot. (:meth:`Snapshot.load` reads the file once to
-check its key and Lightning once more to restore it: a few MB, once a training.) A training deletes its snapshot once its members' files are
-written. ``trainer.snapshot_minutes: null`` writes none (one already there is still gone on from); 0 writes one at the
-end of every epoch. The snapshot is a cache of one machine's training: a state export (:mod:`kcal.orchestrate.state`)
+check its key and Lightning once more to restore it: a few MB, once a training.) A training deletes its snapshot
+once its members' files are written. ``trainer.snapshot_minutes: null`` writes none (one already there is still
+gone on from); 0 writes one at the end of every epoch. The snapshot is a cache of one machine's training: a state export (:mod:`kcal.orchestrate.state`)
 carries finished seeds only.
 """
 
