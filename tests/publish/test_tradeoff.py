@@ -150,7 +150,7 @@ def test_the_table_answer_and_recipe_are_generated_from_the_path_tables(tmp_path
     assert "XE + MMD at λ = 10 (h_x = 43.4, the median heuristic, h_y = 0.1; share 0.1) lowers ECE from 0.1000 to " \
         "0.0700" in answer  # fmt: skip
     assert "post-hoc alone gives 0.0600 (better than the regulariser alone)" in answer
-    assert "- not run yet: crime" in answer and "not run yet" in blocks["paths:crime"]
+    assert "- not published yet: crime" in answer and "not published yet" in blocks["paths:crime"]
     assert "- **XE + MMD** (λ from 1 to 100; h_x: median heuristic, h_y = 0.1): heart-disease: ECE at λ = 10 " \
         "(share 0.1); accuracy costs from λ = 100." in blocks["paths:recipe"]  # fmt: skip
     assert blocks["paths:heart-disease:full"].count("| XE + MMD |") == 4

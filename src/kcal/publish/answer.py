@@ -5,7 +5,7 @@
   the protocol was replicated, in how many runs it holds per dataset;
 * :func:`cells_table`: per table of the paper and flavour, how many cells of ours lie within 2 seed SE of the
   paper's, how many differ but within the protocol's spread (:mod:`kcal.publish.protocol_spread`), how many
-  differ beyond it, and how many differ where no replicate was run;
+  differ beyond it, and how many differ in cells no replicate ran;
 * :func:`why_sentences`: how many selected MMD configurations have their regulariser switched off by their
   kernels (:mod:`kcal.publish.selected_kernels`);
 * :func:`dataset_line`, :func:`spread_moves`, :func:`readme_summary`: the same numbers per dataset, the size of
@@ -36,7 +36,7 @@ from kcal.publish.table_cells import FLAVOURS, TABLES, comparison_frame
 SUPPORTED, NOT_SUPPORTED, NOT_EVALUATED = V.SUPPORTED, V.NOT_SUPPORTED, V.NOT_EVALUATED
 SEED_WITHIN, SEED_DIFFERS = "within 2 SE", "differs"  # kcal.publish.table_cells.compare_cell's verdicts
 CELL_CLASSES = ("within 2 seed SE", "differs, within the protocol's spread", "differs beyond the protocol's spread",
-                "differs, no replicate")  # fmt: skip
+                "differs, not replicated")  # fmt: skip
 """The classes of a compared cell (:func:`cell_classes`), in the cells table's column order."""
 
 
@@ -187,7 +187,7 @@ def why_sentences(kernels: pd.DataFrame, published: str = "published") -> str:
 
 
 LINE_LABELS = dict(zip(CELL_CLASSES, ("within 2 seed SE", "differ within the protocol's spread",
-                                      "differ beyond the protocol's spread", "differ (no replicate run)"),
+                                      "differ beyond the protocol's spread", "differ (cell not replicated)"),
                        strict=True))  # fmt: skip
 """How :func:`dataset_line` names each class of :data:`CELL_CLASSES`."""
 
@@ -271,7 +271,10 @@ def readme_summary(
         counts = part["class"].value_counts()
         cells.append(f"{flavour} {int(counts.get(CELL_CLASSES[0], 0))} of {len(part)} within 2 combined seed SE, "
                      f"{int(counts.get(CELL_CLASSES[1], 0))} more within the protocol's spread")  # fmt: skip
-    lines.append(f"- **The paper's tables**, cell by cell: {'; '.join(cells)}.")
+    lines.append(
+        f"- **The paper's tables**, cell by cell (each cell whose metric is defined as the paper's number; "
+        f"the others are left out): {'; '.join(cells)}."
+    )
     if not kernels.empty:
         is_pub = kernels["run"] == "published"
         off = kernels.apply(switched_off, axis=1).astype(bool)

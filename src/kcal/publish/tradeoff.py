@@ -334,7 +334,7 @@ def dataset_table(bests: list[Best], ws: list[Winner], dataset: str, records: di
     """The trade-off table of one dataset (module docstring), its x-kernel check and its winner line(s)."""
     rows = [b for b in bests if b.dataset == dataset]
     if not rows:
-        return f"**{dataset}**: not run yet (`kcal paths dataset={dataset}`)."
+        return f"**{dataset}**: not published yet (`kcal paths dataset={dataset}` runs it)."
     cost_metric, cost_zero = rows[0].cost_metric, rows[0].cost_zero
     figure = layout.dataset_figure(layout.figures_dir("."), FIGURE_KIND, dataset).with_suffix(".png")
     lines = [f"**{dataset}**", "", f"![{dataset}: calibration against cost along each regularisation path]({figure.as_posix()})",
@@ -374,7 +374,7 @@ def full_table(paths: pd.DataFrame, dataset: str) -> str:
     post-hoc recalibration, and the cost (DETAILS.md)."""
     part = paths[paths["dataset"] == dataset]
     if part.empty:
-        return f"(not run yet: `kcal paths dataset={dataset}`)"
+        return f"(not published yet: `kcal paths dataset={dataset}` runs it)"
     task = task_of(dataset)
     cal, cost = CALIBRATION[task], COST[task]
     head = ["path", "λ", "share", *(f"{METRIC_LABELS[m]}{s}" for m in cal for s in ("", " + post-hoc")),
@@ -450,8 +450,8 @@ def answer(paths: pd.DataFrame, records: dict[tuple[str, str], dict], datasets: 
         lines += [f"Over {len(bests)} paths and calibration metrics on {n} dataset{'s' if n > 1 else ''}, "
                   f"{len(gained)} lower the calibration error beyond 2 SE at no significant cost. Post-hoc "
                   f"recalibration alone is as good as or better than the regulariser alone in {len(alone)} of "
-                  f"those {len(gained)}; the regulariser adds to post-hoc recalibration (λ* + post-hoc better than "
-                  f"post-hoc alone) in {len(complement)}.", ""]  # fmt: skip
+                  f"those {len(gained)}; the regulariser improves on post-hoc recalibration alone (λ* + post-hoc "
+                  f"better than post-hoc alone) in {len(complement)}.", ""]  # fmt: skip
     for dataset in [d for d in datasets if d in {b.dataset for b in bests}]:
         rows = [b for b in bests if b.dataset == dataset]
         parts = [helped_text(b, records.get((dataset, b.objective))) for b in rows]
@@ -462,7 +462,7 @@ def answer(paths: pd.DataFrame, records: dict[tuple[str, str], dict], datasets: 
                      f"{pm(rows[0].cost_zero, rows[0].cost_metric)}): " + "; ".join(parts) + ". " + wins)  # fmt: skip
     missing = [d for d in datasets if d not in set(paths["dataset"])]
     if missing:
-        lines.append(f"- not run yet: {', '.join(missing)} (`kcal paths dataset=<dataset>`)")
+        lines.append(f"- not published yet: {', '.join(missing)} (`kcal paths dataset=<dataset>`)")
     return "\n".join(lines).strip()
 
 
