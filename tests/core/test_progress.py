@@ -89,3 +89,16 @@ def test_a_busy_machine_stretches_the_time_left_by_its_recent_pace():
     w = 2.718281828459045**-1
     assert forecast.pace(now=100.0 + Forecast.TAU) == pytest.approx((w * 20 + 10) / (w * 10 + 10))
     assert forecast.work_done() == 20.0  # CPU seconds
+
+
+def test_without_a_forecast_the_eta_counts_what_a_resumed_piece_trained_before(capsys, monkeypatch):
+    """A point that went on from a snapshot took minutes in this process after an hour before the stop: the ETA's
+    rate counts the hour, or it promises the rest in minutes."""
+    now = [0.0]
+    monkeypatch.setattr("kcal.core.progress.time.perf_counter", lambda: now[0])
+    plain, resumed = Progress(6, "paths"), Progress(6, "paths")
+    now[0] = 60.0
+    plain.advance(1, "[paths adult] xe_mmce λ=1", "point")
+    resumed.advance(1, "[paths adult] xe_mmce λ=1", "point", before=3540.0)
+    assert "ETA 5m00s" in capsys.readouterr().err.splitlines()[0]
+    assert resumed.seconds_left() == pytest.approx(3600.0 * 5)

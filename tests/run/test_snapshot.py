@@ -12,7 +12,7 @@ from kcal.core import layout
 from kcal.run import engine as E
 from kcal.run import single as S
 from kcal.run import stacked as V
-from kcal.run.snapshot import Snapshot, snapshot_key
+from kcal.run.snapshot import Snapshot, resumed_note, resumed_record, snapshot_key
 
 from .test_vectorized import CANCER, CRIME, assert_close, cfg_for, history, needs_data, numbers
 
@@ -105,6 +105,12 @@ def test_a_stopped_stack_goes_on_from_its_snapshot_as_if_never_stopped(tmp_path,
     assert (
         info["train_seconds"] * len(seeds) >= saved["kcal_snapshot"]["seconds"]
     )  # the seconds before the stop count
+    # what a progress line reads of it (kcal seeds, kcal paths), and nothing for a training never stopped
+    assert (
+        resumed_record(snap.parent) == info["resumed"]
+        and resumed_record(tmp_path / "whole" / f"s{seeds[0]}") is None
+    )
+    assert resumed_note(info["resumed"]).endswith(f"before a stop (a snapshot at epoch {stop})")
 
 
 @needs_data

@@ -228,7 +228,8 @@ class Progress:
     :attr:`stage` by the caller that runs it) their predicted seconds. With a ``forecast`` the ETA and the
     percentage are the forecast's (measured seconds done over those plus the seconds left; :attr:`running`, set
     by a pool: (kind, predicted seconds, ``time.monotonic()`` at its start) of each piece its workers run now);
-    without one the ETA extrapolates the rate of this run's units.
+    without one the ETA extrapolates the rate of this run's units (counting, for a unit that went on from a snapshot,
+    the seconds it trained before: :meth:`advance`'s ``before``).
 
     100 % is printed only by :meth:`finish`, when the work is over: a plan that its work outgrows (a trial
     queued again, a chunk that weighs more than planned) stays at 99 % until then, never 100 % early."""
@@ -240,7 +241,7 @@ class Progress:
         self.running: list[tuple[Hashable, float, float]] = []
         self.finished = False
         self._shown = 0.0
-        self._start_done, self._t0 = self.done, time.perf_counter()
+        self._start_done, self._t0, self._before = self.done, time.perf_counter(), 0.0
 
     def seconds_left(self, now: float | None = None) -> float | None:
         """The ETA in seconds (None when there is nothing to tell: nothing left, or no rate yet). ``now``: the
@@ -254,7 +255,7 @@ class Progress:
             return self.forecast.seconds_left([(k, p, now - t) for k, p, t in self.running], now)
         ran = self.done - self._start_done
         if 0 < ran and self.done < self.total:
-            return (time.perf_counter() - self._t0) / ran * (self.total - self.done)
+            return (time.perf_counter() - self._t0 + self._before) / ran * (self.total - self.done)
         return None
 
     def status(self) -> str:
@@ -280,14 +281,17 @@ class Progress:
         cpu: float | None = None,
         now: float | None = None,
         warmup: bool | None = None,
+        before: float = 0.0,
     ) -> None:
         """``n`` pieces of ``family`` finished (trials that count; the seeds of one chunk) in ``seconds``, ``cpu``
         of them on a CPU, at ``now`` (default ``time.monotonic()``); ``warmup``: the first piece of its process
         (:meth:`Forecast.finished`; default: the first piece this progress counts, for pieces run in this
-        process)."""
+        process); ``before``: seconds these pieces trained before this run (went on from a snapshot), which the
+        ETA's rate counts."""
         stage = stage or self.stage
         kind, units = (None, float(n)) if stage is None or not n else stage.piece(family, int(n))
         self.done = min(self.total, self.done + units)
+        self._before += float(before)
         if self.forecast is not None and kind is not None and seconds is not None:
             now = time.monotonic() if now is None else now
             warmup = self.forecast.done_cpu == 0 and not self.forecast.paces if warmup is None else warmup

@@ -34,6 +34,7 @@ from kcal.core.errors import IncompleteError, TaskLost
 from kcal.core.progress import Progress
 from kcal.orchestrate.costs import Prediction, predict
 from kcal.reruns.seeds import chunk_line, chunks, seed_dirs, seed_plan, summarize, train_seeds
+from kcal.run.snapshot import resumed_record
 from kcal.sweep.search import run_trial, trial_line, trial_seconds, write_best
 from kcal.sweep.search_space import search_space
 from kcal.sweep.studies import (
@@ -178,7 +179,7 @@ def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> t
     t0, cpu = time.perf_counter(), time.process_time()
     train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-    return chunk_line(cfg, seeds, seconds, cpu), seconds, cpu, first_task()
+    return chunk_line(cfg, seeds, seconds, cpu, resumed_record(dirs[seeds[0]])), seconds, cpu, first_task()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from kcal.data import get_spec
 from kcal.kernels import rbf
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
 from kcal.run.artifacts import checkout_commit, write_json_atomically
+from kcal.run.snapshot import resumed_note, resumed_record
 from kcal.sweep.fingerprint import check_seeds
 from kcal.sweep.search import reg_share
 
@@ -283,17 +284,6 @@ def trainings(point: Point) -> tuple[float, list[str], bool]:
     return seconds, sorted(commits), unknown
 
 
-def resumed_note(point: Point, trained: list[int]) -> str:
-    """`` after N before a stop (a snapshot at epoch E)`` when the stack that trained seeds ``trained`` of the point
-    went on from a snapshot (its first seed's ``run.json`` ``resumed``, :mod:`kcal.run.snapshot`), else ``""``:
-    the progress line's seconds are this process's only."""
-    info_file = point.dirs[point.seeds.index(trained[0])] / layout.RUN_INFO_FILE if trained else None
-    resumed = json.loads(info_file.read_text()).get("resumed") if info_file and info_file.is_file() else None
-    if not resumed:
-        return ""
-    return f", after {duration(float(resumed['seconds_before']))} before a stop (a snapshot at epoch {resumed['epoch']})"
-
-
 def distinct_commits(commits: list[str]) -> list[str]:
     """The commits, sorted, each once: an abbreviation of another listed (git's short hashes grow with the
     repository: ``6659ffbd`` and ``6659ffbdd`` are one commit) gives way to the longer."""
@@ -372,9 +362,10 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         new = {(p.objective, p.weight) for p in finished} - counted
         counted.update(new)
         elsewhere = f" (+{len(new) - 1} by another process)" if len(new) > 1 else ""
+        resumed = resumed_record(point.dirs[point.seeds.index(pending[0])])
         progress.advance(len(new), f"[paths {dataset}] {point.label()}: {len(pending)} seeds in {duration(seconds)}"
-                                   f"{cpu_note(cpu)}{resumed_note(point, pending)}{elsewhere}", "point", seconds,
-                         cpu=cpu)  # fmt: skip
+                                   f"{cpu_note(cpu)}{resumed_note(resumed)}{elsewhere}", "point", seconds, cpu=cpu,
+                         before=float(resumed["seconds_before"]) if resumed else 0.0)  # fmt: skip
         return True
 
     base = {name: len(points) for name, points in paths.items()}

@@ -149,10 +149,15 @@ def summarize(cfg: DictConfig) -> pd.DataFrame:
     return summary
 
 
-def chunk_line(cfg: DictConfig, seeds: list[int], seconds: float, cpu: float | None = None) -> str:
-    """``[crime/nll] seeds 0-49 of 50 done in 310 s (305 s CPU)``."""
+def chunk_line(
+    cfg: DictConfig, seeds: list[int], seconds: float, cpu: float | None = None, resumed: dict | None = None
+) -> str:
+    """``[crime/nll] seeds 0-49 of 50 done in 310 s (305 s CPU)``, and where the chunk went on from a snapshot
+    (``resumed``: :func:`kcal.run.snapshot.resumed_record`) how long it trained before the stop."""
+    from kcal.run.snapshot import resumed_note
+
     span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
-    spent = cpu_note(cpu)
+    spent = cpu_note(cpu) + resumed_note(resumed)
     return f"[{cfg.dataset.name}/{cfg.seeds_run.label}] {span} of {cfg.seeds_run.n_seeds} done in {seconds:.0f} s{spent}"
 
 
@@ -160,6 +165,8 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
     """Train every pending seed, then aggregate all finished seeds; return the tidy summary.
 
     ``progress``: the whole run's progress (e.g. the reproduction's); default: these seeds'."""
+    from kcal.run.snapshot import resumed_record
+
     base, pending = seed_plan(cfg)
     dirs = seed_dirs(cfg)
     print(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs) - len(pending)} of {len(dirs)} seeds already "
@@ -171,7 +178,9 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
         t0, cpu = time.perf_counter(), time.process_time()
         train_seeds(base, chunk, [dirs[k] for k in chunk], cfg)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-        progress.advance(len(chunk), chunk_line(cfg, chunk, seconds, cpu), "seeds", seconds, cpu=cpu)
+        resumed = resumed_record(dirs[chunk[0]])
+        progress.advance(len(chunk), chunk_line(cfg, chunk, seconds, cpu, resumed), "seeds", seconds, cpu=cpu,
+                         before=float(resumed["seconds_before"]) if resumed else 0.0)  # fmt: skip
     summary = summarize(cfg)
     if own:
         progress.finish(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs)} seeds finished")

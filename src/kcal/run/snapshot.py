@@ -36,6 +36,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.core import layout
+from kcal.core.progress import duration
+
 log = logging.getLogger(__name__)
 
 #: the key under which a Lightning checkpoint carries kcal's part of the snapshot
@@ -126,3 +129,18 @@ class Snapshot:
         self.path.unlink(missing_ok=True)
         for tmp in self.path.parent.glob(f"{self.path.name}.*.tmp"):
             tmp.unlink(missing_ok=True)
+
+
+def resumed_record(run_dir: Path) -> dict | None:
+    """The ``resumed`` record (``epoch``, ``seconds_before``) of the run in ``run_dir`` when its training went on
+    from a snapshot (its ``run.json``; a stack's members each carry it), else None (not resumed, or no run yet)."""
+    info_file = Path(run_dir) / layout.RUN_INFO_FILE
+    return json.loads(info_file.read_text()).get("resumed") if info_file.is_file() else None
+
+
+def resumed_note(record: dict | None) -> str:
+    """`` after N before a stop (a snapshot at epoch E)`` for a :func:`resumed_record`, else ``""``: a progress line's
+    seconds are its process's only, so a training that went on from a snapshot says how long it trained before."""
+    if not record:
+        return ""
+    return f", after {duration(float(record['seconds_before']))} before a stop (a snapshot at epoch {record['epoch']})"
