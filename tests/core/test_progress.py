@@ -102,3 +102,23 @@ def test_without_a_forecast_the_eta_counts_what_a_resumed_piece_trained_before(c
     resumed.advance(1, "[paths adult] xe_mmce λ=1", "point", before=3540.0)
     assert "ETA 5m00s" in capsys.readouterr().err.splitlines()[0]
     assert resumed.seconds_left() == pytest.approx(3600.0 * 5)
+
+
+def test_with_a_forecast_a_resumed_piece_stays_out_of_the_ratios():
+    """A seed chunk that went on from a snapshot took this process minutes of an hour's work: its seconds would
+    drag the seeds' ratio down, so a forecast leaves it out (as a warm-up piece) and keeps the plan's estimate."""
+
+    class Stage:
+        def piece(self, family, n):
+            return (CRIME_SEEDS, 30.0)
+
+    def ratio_after(before: float) -> float:
+        forecast = plan(1)
+        progress = Progress(770, "protocol", forecast=forecast)
+        progress.advance(
+            1, "[crime/nll] seeds 0-49 of 50", "seeds", 3.0, stage=Stage(), warmup=False, before=before
+        )
+        return forecast.ratio(CRIME_SEEDS)
+
+    assert ratio_after(0.0) < 0.9  # a 3 s chunk predicted at 30 s pulls the ratio down
+    assert ratio_after(3600.0) == pytest.approx(1.0)  # one that went on from a snapshot is left out

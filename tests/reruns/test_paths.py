@@ -203,23 +203,6 @@ def test_a_point_goes_on_in_a_run_with_other_paths_settings(tmp_path):
                           info, longer)  # fmt: skip
 
 
-def test_the_progress_line_says_when_a_point_went_on_from_a_snapshot(tmp_path):
-    """The seconds of a point's progress line are the last process's: a stack that went on from a snapshot says
-    how long it had trained before the stop (its ``run.json`` ``resumed``)."""
-    from kcal.reruns.paths import Point
-    from kcal.run.snapshot import resumed_note, resumed_record
-
-    point = Point(tmp_path, "xe_mmce", 0.3, [0, 1, 2])
-    for k in (1, 2):
-        point.dirs[k].mkdir(parents=True)
-        info = {"resumed": {"epoch": 56, "seconds_before": 2511.2}} if k == 1 else {}
-        (point.dirs[k] / layout.RUN_INFO_FILE).write_text(json.dumps(info))
-    assert (
-        resumed_note(resumed_record(point.dirs[1])) == ", after 41m51s before a stop (a snapshot at epoch 56)"
-    )
-    assert all(resumed_note(resumed_record(point.dirs[k])) == "" for k in (0, 2))
-
-
 def test_bad_path_settings_are_refused_in_one_line(tmp_path):
     from kcal.reruns.paths import regularisers, run_paths
 

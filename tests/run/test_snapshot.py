@@ -12,7 +12,7 @@ from kcal.core import layout
 from kcal.run import engine as E
 from kcal.run import single as S
 from kcal.run import stacked as V
-from kcal.run.snapshot import Snapshot, resumed_note, resumed_record, snapshot_key
+from kcal.run.snapshot import Snapshot, resumed_note, resumed_record, resumed_seconds, snapshot_key
 
 from .test_vectorized import CANCER, CRIME, assert_close, cfg_for, history, needs_data, numbers
 
@@ -180,3 +180,23 @@ def test_the_key_holds_what_the_training_reads_and_not_how_runs_are_organised():
                   snapshot_key([cfg], [1], "cpu", "abc"), snapshot_key([cfg], [0], "cuda:0", "abc"),
                   snapshot_key([cfg], [0], "cpu", "def")):  # fmt: skip
         assert other != key
+
+
+def test_a_progress_line_reads_the_seconds_before_a_stop_once_per_stack(tmp_path):
+    """A progress line's seconds are its process's: a training that went on from a snapshot says how long it trained
+    before the stop, and the ETA counts it once per stack (its members each carry the record)."""
+    records = {"a0": ({"resumed": {"epoch": 56, "seconds_before": 2511.2}, "vectorized": {"seeds": [0, 1]}}),
+               "a1": ({"resumed": {"epoch": 56, "seconds_before": 2511.2}, "vectorized": {"seeds": [0, 1]}}),
+               "b2": ({"resumed": {"epoch": 9, "seconds_before": 100.0}, "vectorized": {"seeds": [2]}}),
+               "single": {"resumed": {"epoch": 3, "seconds_before": 10.0}}, "c3": {}}  # fmt: skip
+    for name, info in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps(info))
+    assert (
+        resumed_note(resumed_record(tmp_path / "a0"))
+        == ", after 41m51s before a stop (a snapshot at epoch 56)"
+    )
+    assert resumed_note(resumed_record(tmp_path / "c3")) == "" and resumed_record(tmp_path / "absent") is None
+    assert resumed_seconds([tmp_path / n for n in (*records, "absent")]) == pytest.approx(
+        2511.2 + 100.0 + 10.0
+    )

@@ -286,8 +286,9 @@ class Progress:
         """``n`` pieces of ``family`` finished (trials that count; the seeds of one chunk) in ``seconds``, ``cpu``
         of them on a CPU, at ``now`` (default ``time.monotonic()``); ``warmup``: the first piece of its process
         (:meth:`Forecast.finished`; default: the first piece this progress counts, for pieces run in this
-        process); ``before``: seconds these pieces trained before this run (went on from a snapshot), which the
-        ETA's rate counts."""
+        process); ``before``: seconds these pieces trained before this run (they went on from a snapshot): without a
+        forecast the ETA's rate counts them; a forecast keeps such a piece out of its ratios, as a warm-up piece
+        (its CPU seconds are this process's only)."""
         stage = stage or self.stage
         kind, units = (None, float(n)) if stage is None or not n else stage.piece(family, int(n))
         self.done = min(self.total, self.done + units)
@@ -295,7 +296,7 @@ class Progress:
         if self.forecast is not None and kind is not None and seconds is not None:
             now = time.monotonic() if now is None else now
             warmup = self.forecast.done_cpu == 0 and not self.forecast.paces if warmup is None else warmup
-            self.forecast.finished(kind, units, seconds, cpu, now, warmup)
+            self.forecast.finished(kind, units, seconds, cpu, now, warmup or before > 0)
         print(f"{line} | {self.status()}", file=sys.stderr, flush=True)
 
     def finish(self, line: str) -> None:

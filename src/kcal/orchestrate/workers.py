@@ -171,15 +171,19 @@ def trial_task(cfg_container: dict, worker: int) -> tuple[str, int, float, float
     return line, int(counts), trial_seconds(trial), cpu, first_task()
 
 
-def seeds_task(base_container: dict, cfg_container: dict, seeds: list[int]) -> tuple[str, float, float, bool]:
+def seeds_task(
+    base_container: dict, cfg_container: dict, seeds: list[int]
+) -> tuple[str, float, float, bool, float]:
     """Train one chunk of seeds; (the progress line, its seconds, its CPU seconds, whether it was this worker's
-    first task)."""
+    first task, the seconds it trained before a stop when it went on from a snapshot)."""
     base, cfg = OmegaConf.create(base_container), OmegaConf.create(cfg_container)
     dirs = seed_dirs(cfg)
     t0, cpu = time.perf_counter(), time.process_time()
     train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-    return chunk_line(cfg, seeds, seconds, cpu, resumed_record(dirs[seeds[0]])), seconds, cpu, first_task()
+    resumed = resumed_record(dirs[seeds[0]])
+    before = float(resumed["seconds_before"]) if resumed else 0.0
+    return chunk_line(cfg, seeds, seconds, cpu, resumed), seconds, cpu, first_task(), before
 
 
 # ------------------------------------------------------------------------------------------------
@@ -434,8 +438,8 @@ def run_pool(
             line, counts, seconds, cpu, first = fut.result()  # raises the task's own error
             progress.advance(counts, line, "trial", seconds, owners[what], cpu, warmup=first)
         else:
-            line, seconds, cpu, first = fut.result()
-            progress.advance(len(group), line, "seeds", seconds, what, cpu, warmup=first)
+            line, seconds, cpu, first, before = fut.result()
+            progress.advance(len(group), line, "seeds", seconds, what, cpu, warmup=first, before=before)
             chunk_done(what)
         deaths["in_a_row"] = 0
 

@@ -90,7 +90,7 @@ def claim_summaries(
 
 
 def cell_classes(results: pd.DataFrame, spread: pd.DataFrame) -> pd.DataFrame:
-    """Every cell of ours that has a paper value, both flavours (:func:`kcal.publish.table_cells.comparison_frame`),
+    """Every cell of ours that has a paper value and is defined as it (not "definition differs"), both flavours (:func:`kcal.publish.table_cells.comparison_frame`),
     with its ``class`` (:data:`CELL_CLASSES`): the seed verdict, and for a "differs" the protocol's verdict
     where the cell has replicates (``spread``: :func:`kcal.publish.protocol_spread.spread_frame`)."""
     cells = pd.concat([comparison_frame(results, fl) for fl in FLAVOURS], ignore_index=True)
@@ -187,7 +187,7 @@ def why_sentences(kernels: pd.DataFrame, published: str = "published") -> str:
 
 
 LINE_LABELS = dict(zip(CELL_CLASSES, ("within 2 seed SE", "differ within the protocol's spread",
-                                      "differ beyond the protocol's spread", "differ (cell not replicated)"),
+                                      "differ beyond the protocol's spread", "differ (not replicated)"),
                        strict=True))  # fmt: skip
 """How :func:`dataset_line` names each class of :data:`CELL_CLASSES`."""
 

@@ -64,7 +64,7 @@ from kcal.data import get_spec
 from kcal.kernels import rbf
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
 from kcal.run.artifacts import checkout_commit, write_json_atomically
-from kcal.run.snapshot import resumed_note, resumed_record
+from kcal.run.snapshot import resumed_note, resumed_record, resumed_seconds
 from kcal.sweep.fingerprint import check_seeds
 from kcal.sweep.search import reg_share
 
@@ -362,10 +362,10 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         new = {(p.objective, p.weight) for p in finished} - counted
         counted.update(new)
         elsewhere = f" (+{len(new) - 1} by another process)" if len(new) > 1 else ""
-        resumed = resumed_record(point.dirs[point.seeds.index(pending[0])])
+        trained = [point.dirs[point.seeds.index(k)] for k in pending]
         progress.advance(len(new), f"[paths {dataset}] {point.label()}: {len(pending)} seeds in {duration(seconds)}"
-                                   f"{cpu_note(cpu)}{resumed_note(resumed)}{elsewhere}", "point", seconds, cpu=cpu,
-                         before=float(resumed["seconds_before"]) if resumed else 0.0)  # fmt: skip
+                                   f"{cpu_note(cpu)}{resumed_note(resumed_record(trained[0]))}{elsewhere}", "point",
+                         seconds, cpu=cpu, before=resumed_seconds(trained))  # fmt: skip
         return True
 
     base = {name: len(points) for name, points in paths.items()}

@@ -29,6 +29,7 @@ from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknow
 from kcal.core.progress import Progress, cpu_note
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.paper import RESULT_COLUMNS
+from kcal.run.snapshot import resumed_note, resumed_record
 from kcal.sweep.fingerprint import check_seeds
 from kcal.sweep.selection import selection_of
 
@@ -154,8 +155,6 @@ def chunk_line(
 ) -> str:
     """``[crime/nll] seeds 0-49 of 50 done in 310 s (305 s CPU)``, and where the chunk went on from a snapshot
     (``resumed``: :func:`kcal.run.snapshot.resumed_record`) how long it trained before the stop."""
-    from kcal.run.snapshot import resumed_note
-
     span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
     spent = cpu_note(cpu) + resumed_note(resumed)
     return f"[{cfg.dataset.name}/{cfg.seeds_run.label}] {span} of {cfg.seeds_run.n_seeds} done in {seconds:.0f} s{spent}"
@@ -165,8 +164,6 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
     """Train every pending seed, then aggregate all finished seeds; return the tidy summary.
 
     ``progress``: the whole run's progress (e.g. the reproduction's); default: these seeds'."""
-    from kcal.run.snapshot import resumed_record
-
     base, pending = seed_plan(cfg)
     dirs = seed_dirs(cfg)
     print(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs) - len(pending)} of {len(dirs)} seeds already "

@@ -131,11 +131,28 @@ class Snapshot:
             tmp.unlink(missing_ok=True)
 
 
+def _run_info(run_dir: Path) -> dict:
+    info_file = Path(run_dir) / layout.RUN_INFO_FILE
+    return json.loads(info_file.read_text()) if info_file.is_file() else {}
+
+
 def resumed_record(run_dir: Path) -> dict | None:
     """The ``resumed`` record (``epoch``, ``seconds_before``) of the run in ``run_dir`` when its training went on
     from a snapshot (its ``run.json``; a stack's members each carry it), else None (not resumed, or no run yet)."""
-    info_file = Path(run_dir) / layout.RUN_INFO_FILE
-    return json.loads(info_file.read_text()).get("resumed") if info_file.is_file() else None
+    return _run_info(run_dir).get("resumed")
+
+
+def resumed_seconds(run_dirs: list[Path]) -> float:
+    """The seconds the runs in ``run_dirs`` trained before a stop, summed over the trainings that went on from a
+    snapshot: the members of one stack (``run.json``'s ``vectorized.seeds``) share one record, counted once."""
+    seen, total = set(), 0.0
+    for run_dir in run_dirs:
+        info = _run_info(run_dir)
+        stack = tuple(info.get("vectorized", {}).get("seeds", ())) or str(run_dir)
+        if info.get("resumed") and stack not in seen:
+            seen.add(stack)
+            total += float(info["resumed"]["seconds_before"])
+    return total
 
 
 def resumed_note(record: dict | None) -> str:
