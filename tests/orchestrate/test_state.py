@@ -190,6 +190,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
             main(argv)
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:  # --datasets before the folders takes them as datasets
+        main(["export", "--no-predictions", "--datasets", "blog", str(root), str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "put it after the folders" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0

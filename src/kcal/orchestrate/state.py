@@ -399,10 +399,13 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, reporting bad arguments in one line (exit status 2)."""
+    """argparse, reporting bad arguments in one line (exit status 2). ``--datasets`` takes every word after it, so
+    ``export --datasets blog <root> <state_dir>`` reads the folders as datasets: a missing folder says so."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        export_folders = message.endswith(("are required: root, state_dir", "are required: state_dir"))
+        hint = "; --datasets takes every word after it: put it after the folders" if export_folders else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see --help)\n")
 
 
 def parser() -> argparse.ArgumentParser:
