@@ -34,7 +34,7 @@ from kcal.core.errors import IncompleteError, TaskLost
 from kcal.core.progress import Progress
 from kcal.orchestrate.costs import Prediction, predict
 from kcal.reruns.seeds import chunk_line, chunks, seed_dirs, seed_plan, summarize, train_seeds
-from kcal.run.snapshot import resumed_record
+from kcal.run.snapshot import resumed_record, resumed_seconds
 from kcal.sweep.search import run_trial, trial_line, trial_seconds, write_best
 from kcal.sweep.search_space import search_space
 from kcal.sweep.studies import (
@@ -181,9 +181,9 @@ def seeds_task(
     t0, cpu = time.perf_counter(), time.process_time()
     train_seeds(base, seeds, [dirs[k] for k in seeds], cfg)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-    resumed = resumed_record(dirs[seeds[0]])
-    before = float(resumed["seconds_before"]) if resumed else 0.0
-    return chunk_line(cfg, seeds, seconds, cpu, resumed), seconds, cpu, first_task(), before
+    trained = [dirs[k] for k in seeds]
+    line = chunk_line(cfg, seeds, seconds, cpu, resumed_record(trained[0]))
+    return line, seconds, cpu, first_task(), resumed_seconds(trained)
 
 
 # ------------------------------------------------------------------------------------------------

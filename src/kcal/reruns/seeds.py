@@ -29,7 +29,7 @@ from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknow
 from kcal.core.progress import Progress, cpu_note
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.paper import RESULT_COLUMNS
-from kcal.run.snapshot import resumed_note, resumed_record
+from kcal.run.snapshot import resumed_note, resumed_record, resumed_seconds
 from kcal.sweep.fingerprint import check_seeds
 from kcal.sweep.selection import selection_of
 
@@ -175,9 +175,9 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
         t0, cpu = time.perf_counter(), time.process_time()
         train_seeds(base, chunk, [dirs[k] for k in chunk], cfg)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
-        resumed = resumed_record(dirs[chunk[0]])
-        progress.advance(len(chunk), chunk_line(cfg, chunk, seconds, cpu, resumed), "seeds", seconds, cpu=cpu,
-                         before=float(resumed["seconds_before"]) if resumed else 0.0)  # fmt: skip
+        trained = [dirs[k] for k in chunk]
+        progress.advance(len(chunk), chunk_line(cfg, chunk, seconds, cpu, resumed_record(trained[0])), "seeds",
+                         seconds, cpu=cpu, before=resumed_seconds(trained))  # fmt: skip
     summary = summarize(cfg)
     if own:
         progress.finish(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs)} seeds finished")
