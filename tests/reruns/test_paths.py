@@ -229,6 +229,23 @@ def test_the_kernel_check_tells_an_active_x_kernel_from_the_identity():
 
 
 @needs("heart-disease")
+def test_progress_counts_the_seeds_left_so_a_half_trained_point_is_half_the_work(tmp_path, capsys):
+    """A stopped run leaves points with some seeds finished; the next run's percentage and ETA count the seeds it
+    has left, not whole points (else a point two thirds done counts as a whole one, and the ETA runs fast)."""
+    from kcal.reruns.paths import run_paths
+
+    run_paths(compose_cfg("paths", *HEART, f"root={tmp_path}"))  # λ = 0 and 10, seeds 0 and 1
+    capsys.readouterr()
+    more = [*HEART, "paths.n_seeds=3", "paths.grids.xe_mmd=[10,30]", f"root={tmp_path}"]
+    run_paths(compose_cfg("paths", *more))  # seeds left: 1 at λ = 0, 1 at λ = 10, 3 at λ = 30
+    err = capsys.readouterr().err
+    assert "3 points x 3 seeds, 0 finished, 3 to train" in err
+    assert "xe λ=0: 1 seeds in" in err and "| paths 20%" in err  # 1 of 5 seeds, not 1 of 3 points
+    assert "xe_mmd λ=10: 1 seeds in" in err and "| paths 40%" in err
+    assert "xe_mmd λ=30: 3 seeds in" in err and "paths 33%" not in err and "paths 67%" not in err
+
+
+@needs("heart-disease")
 def test_a_path_goes_on_until_the_regulariser_dominates(tmp_path, capsys):
     from kcal.reruns.paths import next_weight, run_paths
 

@@ -338,7 +338,9 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
     say(dataset, f"start: {info['best_file']} (study {info.get('study')}, trial {info.get('trial')}); "
                  f"{len(todo)} points x {n_seeds} seeds, {len(todo) - len(left)} finished, {len(left)} to train; "
                  f"writing to {out}")  # fmt: skip
-    progress = Progress(len(left), "paths")
+    # progress counts seeds, not points: a point a stopped run left half trained is half a point's work
+    seeds_left = {(p.objective, p.weight): len(p.pending()) for p in todo}
+    progress = Progress(sum(seeds_left.values()), "paths")
     counted = {(p.objective, p.weight) for p in todo if not p.pending()}
     told: set[Path] = set()  # the points said to be another process's (said once)
 
@@ -363,9 +365,10 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         counted.update(new)
         elsewhere = f" (+{len(new) - 1} by another process)" if len(new) > 1 else ""
         trained = [point.dirs[point.seeds.index(k)] for k in pending]
-        progress.advance(len(new), f"[paths {dataset}] {point.label()}: {len(pending)} seeds in {duration(seconds)}"
-                                   f"{cpu_note(cpu)}{resumed_note(resumed_record(trained[0]))}{elsewhere}", "point",
-                         seconds, cpu=cpu, before=resumed_seconds(trained))  # fmt: skip
+        line = (f"[paths {dataset}] {point.label()}: {len(pending)} seeds in {duration(seconds)}{cpu_note(cpu)}"
+                f"{resumed_note(resumed_record(trained[0]))}{elsewhere}")  # fmt: skip
+        progress.advance(sum(seeds_left.get(k, n_seeds) for k in new), line, "seeds", seconds, cpu=cpu,
+                         before=resumed_seconds(trained))  # fmt: skip
         return True
 
     base = {name: len(points) for name, points in paths.items()}
@@ -380,7 +383,8 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
         while len(points) - base[name] < int(cfg.paths.max_extension) and top_share(points) < dominant:
             points.append(Point(out, name, next_weight(points[-1].weight), seeds))
             if points[-1].pending():
-                progress.total += 1
+                seeds_left[(name, points[-1].weight)] = len(points[-1].pending())
+                progress.total += seeds_left[(name, points[-1].weight)]
             else:  # finished before this run, or by another process before this one came to it: not new work
                 counted.add((name, points[-1].weight))
             say(dataset, f"{name}: share {top_share(points[:-1]):.2g} at λ={points[-2].weight:g}, below "
