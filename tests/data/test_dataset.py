@@ -16,6 +16,7 @@ from .conftest import mirror_has
 EXPECTED = {
     "crime": (1993, 1993, 102, None),
     "blog": (52397, 52397, 280, None),
+    "fb-comment": (40949, 40949, 53, None),
     "breast-cancer": (569, 569, 30, 2),
     "heart-disease": (920, 299, 23, 5),
     "online-shoppers": (12330, 12330, 28, 2),

@@ -66,3 +66,19 @@ def test_unknown_name_lists_valid_names():
 def test_unknown_protocol_is_rejected():
     with pytest.raises(ValueError, match="official, clean"):
         load("crime", protocol="leaky")
+
+
+def test_fb_comment_is_the_authors_file_in_the_mirror():
+    """fb-comment's registry entry is the authors' ``Features_Variant_1.csv`` (their git blob id), 40949 rows
+    of 53 features; where the mirror holds the file, its bytes have that blob id."""
+    from kcal.data.sources import git_blob_file
+
+    from .conftest import mirror_has, real_path
+
+    spec = get_spec("fb-comment")
+    (raw,) = spec.files
+    assert raw.forms[0].git_blob == "81d3e8b99b86f561a3a33f3b88e505995232c42b"
+    assert (spec.n_used, spec.d, spec.m) == (40949, 53, None)
+    if mirror_has("fb-comment"):
+        assert spec.in_mirror
+        assert git_blob_file(real_path("fb-comment", raw.name)) == raw.forms[0].git_blob

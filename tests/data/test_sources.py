@@ -68,14 +68,17 @@ def test_failed_download_is_reported_not_hidden(mirror_copy, monkeypatch):
 
 
 def test_download_is_verified_by_git_blob(mirror_copy, monkeypatch, tmp_path):
-    """A downloaded file is accepted only if its git blob id matches the registry."""
+    """A downloaded file known only by its git blob id (superconductivity's, from a zip) is accepted only if
+    that id matches the registry."""
     import io
     import urllib.request
     import zipfile
 
     payload = io.BytesIO()
     with zipfile.ZipFile(payload, "w") as zf:
-        zf.writestr("Dataset/Training/Features_Variant_1.csv", "1,2,3\n")
+        (form,) = get_spec("superconductivity").files[0].forms
+        assert form.git_blob and not form.sha256
+        zf.writestr(form.archive_member, "1,2,3\n")
 
     class Resp(io.BytesIO):
         def __enter__(self):
@@ -87,8 +90,8 @@ def test_download_is_verified_by_git_blob(mirror_copy, monkeypatch, tmp_path):
     monkeypatch.delenv("KCAL_OFFLINE", raising=False)
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Resp(payload.getvalue()))
     with pytest.raises(ChecksumError, match="git blob"):
-        load("fb-comment")
-    assert not (tmp_path / "cache" / "raw" / "fb-comment" / "Features_Variant_1.csv").exists()
+        load("superconductivity")
+    assert not (tmp_path / "cache" / "raw" / "superconductivity" / "train.csv").exists()
 
 
 def test_git_blob_id_matches_git(tmp_path):

@@ -57,6 +57,7 @@ KCAL_SEED = 7  # any seed: the official protocol splits with seed 1
 DATASETS = {
     "crime": ("regression", "crime", "uci/crime/communities_processed.csv"),
     "blog": ("regression", "blog", "uci/blog/blogData_train.csv"),
+    "fb-comment": ("regression", "fb-comment1", "uci/facebook/Features_Variant_1.csv"),
     "breast-cancer": ("classification", "wdbc", "classification/wdbc/wdbc.data"),
     "heart-disease": (
         "classification", "heart-disease", "classification/heart_disease/heart_disease_uci.csv"

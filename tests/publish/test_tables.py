@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kcal.data.registry import get_spec
 from kcal.publish import claims as C
 from kcal.publish import table_cells as TC
 from kcal.publish import tables as T
@@ -177,7 +178,7 @@ def test_checker_catches_malformed_latex():
 # --------------------------------------------------------------------------------------------------
 # Synthetic results
 
-REG_PRESENT = ("crime", "medical-expenditure")  # blog, superconductivity, fb-comment: not run
+REG_PRESENT = ("crime", "medical-expenditure")  # the other regression datasets: not run
 CLS_PRESENT = ("breast-cancer", "adult")
 
 
@@ -703,9 +704,16 @@ def _notes(tex: str) -> str:
 def test_notes_say_why_cells_are_missing_and_which_definition_each_column_uses(written):
     _, paths = written
     note = _notes(paths["table3_regression_exact"].read_text())
-    # blog's data are in the offline mirror: not run; superconductivity's and fb-comment's are not
-    assert "--- marks a cell not run: superconductivity, fb-comment: not available offline" in note
-    assert "blog: not run in this profile" in note
+    # the registry says whose data the offline mirror lacks; the others are "not run in this profile"
+    absent = [
+        ds for ds in TC.TABLES["regression"].datasets if ds not in REG_PRESENT and not get_spec(ds).in_mirror
+    ]
+    not_run = [
+        ds for ds in TC.TABLES["regression"].datasets if ds not in REG_PRESENT and get_spec(ds).in_mirror
+    ]
+    assert absent and not_run and "superconductivity" in absent and "blog" in not_run
+    assert f"--- marks a cell not run: {', '.join(absent)}: not available offline" in note
+    assert f"{', '.join(not_run)}: not run in this profile" in note
     assert (
         "QCE: QCE on the PIT with 20 equal-width bins (about 0 when calibrated) [definition differs" in note
     )
@@ -716,7 +724,11 @@ def test_notes_say_why_cells_are_missing_and_which_definition_each_column_uses(w
     assert "paper's definitions, as the authors' code computes them" in official
     sample = _notes(paths["table6_sample_size_exact"].read_text())
     # medical-expenditure ran (Table 3) although its data are not in the mirror: Table 6 was not run for it
-    assert "blog, medical-expenditure: not run in this profile" in sample
+    table6 = [ds for ds in TC.TABLES["sample_size"].datasets if ds != "crime"]
+    assert "medical-expenditure" in table6
+    offline6 = [ds for ds in table6 if ds not in REG_PRESENT and not get_spec(ds).in_mirror]
+    run6 = [ds for ds in table6 if ds not in offline6]
+    assert f"{', '.join(run6)}: not run in this profile" in sample
     assert "rows not run in this profile: crime (2, 5, 20, 50, 200)" in sample
     assert "after post-hoc" not in sample  # Table 6 has no post-hoc rows
     cls = _notes(paths["table4_classification_exact"].read_text())

@@ -240,14 +240,28 @@ def covered(s: ClaimSummary, flavour: str) -> str:
     return f"{s.id} (on {ours} of its {theirs} datasets)" if partial else s.id
 
 
+def not_run_note(ran: Sequence[str], paper: Sequence[str]) -> str:
+    """Why the paper's other datasets have no rows, from the registry: those whose data the offline mirror
+    holds are not published yet, the others are not in the offline mirror."""
+    from kcal.data import get_spec
+
+    rest = [d for d in paper if d not in ran]
+    pending = [d for d in rest if get_spec(d).in_mirror]
+    absent = [d for d in rest if not get_spec(d).in_mirror]
+    parts = ([f"{', '.join(pending)}: in the offline mirror, not published yet"] if pending else []) + (
+        [f"{', '.join(absent)}: not in the offline mirror"] if absent else []
+    )
+    return f"; {'; '.join(parts)}" if parts else ""
+
+
 def readme_summary(
     summaries: Sequence[ClaimSummary], classes: pd.DataFrame, kernels: pd.DataFrame, link: str
 ) -> str:
     """The README's results summary (a few lines, every number generated), linking to the report at ``link``."""
     ran = sorted(set(classes["dataset"]))
     paper = sorted({d for t in TABLES.values() for d in t.datasets})
-    lines = [f"kcal ran the paper's protocol at its budget on {len(ran)} of the paper's {len(paper)} datasets (those that "
-             f"run offline: {', '.join(ran)}). The answer, each dataset's causes and the conventions: "
+    lines = [f"kcal ran the paper's protocol at its budget on {len(ran)} of the paper's {len(paper)} datasets "
+             f"({', '.join(ran)}){not_run_note(ran, paper)}. The answer, each dataset's causes and the conventions: "
              f"[RESULTS.md]({link})."]  # fmt: skip
     verdicts = [
         f"{flavour}: {ids_by_verdict((s.ours[flavour].verdict, covered(s, flavour)) for s in summaries)}"
