@@ -14,8 +14,9 @@ folder) whose trials tables carry the trials' per-epoch validation curves (``cur
 
 The replay, per study and pruner setting (:data:`kcal.sweep.pruners.SETTINGS`): a new in-memory Optuna study with that pruner
 receives the study's trials in the order they ran (trial number). Each trial reports, epoch by epoch, the
-*running best* of its curve (validation NLL, for classes the cross-entropy), as a live pruned sweep does
-(:mod:`kcal.sweep.pruners`), and stops at the first epoch the pruner prunes it. The final selection is the paper's (the study's own
+*running best* of its curve (validation NLL, for classes the cross-entropy), signed to the replayed study's
+direction, through the class the live pruned sweep reports with (:class:`kcal.sweep.pruners.CurveReporter`),
+and stops at the first epoch the pruner prunes it. The final selection is the paper's (the study's own
 value: validation NLL, or accuracy with ECE ties), over the trials that were not pruned. The sampler is not
 replayed: the same trials run in the same order, as if pruning had not changed what TPE sampled next (a live
 pruned sweep samples other trials after the first prune), so this measures the pruner's decisions.
@@ -42,29 +43,31 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.publish.trials import read_curve, read_trials
-from kcal.sweep.pruners import SETTINGS, reported, running_best
+from kcal.sweep.pruners import SETTINGS, CurveReporter
 
 COLUMNS = ["dataset", "objective", "source", "setting", "trials", "pruned", "survived", "regret",
            "epochs_full", "epochs_pruned", "epochs_saved", "selected_full", "selected_pruned", "reg_share_full",
            "reg_share"]  # fmt: skip
 
 
-def epochs_under(pruner: optuna.pruners.BasePruner, curves: list[list[float]]) -> list[int | None]:
-    """For each curve, in order: the epochs it trains before the pruner stops it (None: not pruned)."""
+def epochs_under(
+    pruner: optuna.pruners.BasePruner, curves: list[list[float]], direction: str = "minimize"
+) -> list[int | None]:
+    """For each curve, in order: the epochs it trains before the pruner stops it (None: not pruned), in a
+    study of the replayed study's ``direction``, each epoch reported as the live sweep reports it
+    (:class:`kcal.sweep.pruners.CurveReporter`)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", pruner=pruner, sampler=optuna.samplers.RandomSampler(0))
+    study = optuna.create_study(direction=direction, pruner=pruner, sampler=optuna.samplers.RandomSampler(0))
     out = []
     for curve in curves:
         trial = study.ask()
-        stopped = None
-        best = running_best(curve)
-        for epoch, value in enumerate(best):
-            trial.report(reported(value), epoch)
-            if trial.should_prune():
+        report, stopped = CurveReporter(trial), None
+        for epoch, value in enumerate(curve):
+            if report(value, epoch):
                 stopped = epoch + 1
                 break
         if stopped is None:
-            study.tell(trial, reported(best[-1]) if best else reported(math.inf))
+            study.tell(trial, report.value)
         else:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         out.append(stopped)
@@ -81,7 +84,7 @@ def replay_study(trials: pd.DataFrame, setting: str) -> dict:
     trials = trials.sort_values("number")
     ran = trials[trials["curve"].map(lambda c: len(read_curve(c)) > 0)]
     curves = [read_curve(c) for c in ran["curve"]]
-    stops = epochs_under(SETTINGS[setting](), curves)
+    stops = epochs_under(SETTINGS[setting](), curves, str(trials["direction"].iloc[0]))
     ran = ran.assign(stop=pd.Series(stops, index=ran.index, dtype=object))
     maximize = trials["direction"].iloc[0] == "maximize"
     done = ran[(ran["state"] == "complete") & ran["value"].notna()]

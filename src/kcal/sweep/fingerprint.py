@@ -40,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 import kcal
 from kcal.core import layout
 from kcal.core.errors import ConfigError
+from kcal.sweep.pruners import PRUNER_REPORT
 from kcal.sweep.search_space import search_space
 
 STUDY_ATTR = "kcal_fingerprint"
@@ -108,7 +109,12 @@ def study_fingerprint(cfg: DictConfig, space: dict | None = None) -> dict[str, o
     """A sweep's fingerprint: its config and the search space it samples from."""
     if space is None:
         space = search_space(cfg)
-    return fingerprint(cfg, extra={f"search_space.{k}": v for k, v in flatten(space).items()})
+    extra = {f"search_space.{k}": v for k, v in flatten(space).items()}
+    if (
+        cfg.sweep.get("pruner") is not None
+    ):  # a pruned study made before the report was signed is another protocol
+        extra["sweep.pruner_report"] = PRUNER_REPORT
+    return fingerprint(cfg, extra=extra)
 
 
 def seeds_fingerprint(base: DictConfig, best: dict) -> dict[str, object]:

@@ -7,6 +7,12 @@ first ``W`` epochs) and ``sha_minR`` (``SuccessiveHalvingPruner``, minimum resou
 factor 3). Each epoch a trial reports the *running best* of its validation NLL (:func:`running_best`; for
 classes the cross-entropy), what early stopping keeps, so a noisy epoch does not prune a trial whose best
 epoch is already good.
+
+Optuna's pruners rank reported values by the study's direction, and a study's direction is its selection's
+(classification studies maximise validation accuracy), while the curve is a loss, always minimised. So the
+value reported is signed to the study (:func:`pruner_value`: the loss in a minimised study, minus the loss in
+a maximised one), and a pruner always stops the trials with the worse validation loss. The live sweep and the
+offline replay report through one class, :class:`CurveReporter`, so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,6 +23,10 @@ from collections.abc import Callable
 import optuna
 
 from kcal.core.errors import ConfigError
+
+#: how a pruned study's trials report (in its fingerprint: a pruned study whose trials reported the unsigned
+#: loss, the pruner that kept the worst classification trials, is not resumed as this one)
+PRUNER_REPORT = "running-best validation loss, signed to the study's direction"
 
 SETTINGS: dict[str, Callable[[], optuna.pruners.BasePruner]] = {
     "median_warmup5": lambda: optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5),
@@ -53,3 +63,31 @@ def running_best(curve: list[float]) -> list[float]:
 def reported(value: float) -> float:
     """What a running best of ``inf`` (no finite epoch yet) is reported as: a large finite number."""
     return value if math.isfinite(value) else 1e300
+
+
+def pruner_value(loss: float, direction: optuna.study.StudyDirection) -> float:
+    """A running-best validation ``loss`` (minimised) as a study of ``direction`` ranks it: the loss itself
+    in a minimised study, ``-loss`` in a maximised one; ``inf`` (no finite epoch yet) as the worst finite value."""
+    value = reported(loss)
+    return -value if direction == optuna.study.StudyDirection.MAXIMIZE else value
+
+
+class CurveReporter:
+    """Reports one trial's validation-loss curve to its study's pruner, an epoch a call: the running best
+    (:func:`running_best`), signed to the study's direction (:func:`pruner_value`). Calling it returns True
+    when the pruner stops the trial. Used by the live sweep and by the offline replay alike."""
+
+    def __init__(self, trial: optuna.Trial):
+        self.trial, self.best = trial, math.inf
+        self.direction = trial.study.directions[0]
+
+    def __call__(self, loss: float, epoch: int) -> bool:
+        if math.isfinite(loss) and loss < self.best:
+            self.best = loss
+        self.trial.report(pruner_value(self.best, self.direction), epoch)
+        return self.trial.should_prune()
+
+    @property
+    def value(self) -> float:
+        """The running best as the study ranks it (what a replayed trial that was not pruned is told)."""
+        return pruner_value(self.best, self.direction)

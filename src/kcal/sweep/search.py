@@ -71,7 +71,7 @@ from kcal.core.progress import Progress, cpu_note
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
 from kcal.data.splits import split_sizes
-from kcal.sweep.pruners import reported
+from kcal.sweep.pruners import CurveReporter
 from kcal.sweep.search_space import apply, sample, search_space, settings
 from kcal.sweep.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
 from kcal.sweep.studies import (
@@ -178,15 +178,12 @@ def run_trial(
         # imported here: a pool's parent imports this module and trains nothing (Lightning: ~3 s to import)
         from kcal.run import run
 
-        pruner, pruned, best = cfg.sweep.get("pruner"), [], [math.inf]
+        pruner, pruned, report = cfg.sweep.get("pruner"), [], CurveReporter(trial)
 
         def prune(row: dict, epoch: int) -> bool:
-            """Report the running best of the validation curve; True when the study's pruner stops the trial."""
-            value = float(row.get(CURVE_KEY, math.inf))
-            if math.isfinite(value):
-                best[0] = min(best[0], value)
-            trial.report(reported(best[0]), epoch)
-            if trial.should_prune():
+            """Report the running best of the validation curve, signed to the study's direction; True when the
+            study's pruner stops the trial."""
+            if report(float(row.get(CURVE_KEY, math.inf)), epoch):
                 pruned.append(epoch)
             return bool(pruned)
 
