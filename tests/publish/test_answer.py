@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -28,6 +29,8 @@ from kcal.publish.report import data_dir, runs_studies
 from kcal.publish.selected_kernels import kernel_row, kernels_markdown, selected_kernels, switched_off
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
 from kcal.publish.verdicts import SUPPORTED
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 # ---- selected kernels ------------------------------------------------------------------------------------------
@@ -127,7 +130,7 @@ def test_dataset_line_spread_moves_and_the_readme_summary(published):
     ratio = spread["ratio"].dropna()
     assert f"a median {ratio.median():.2f} times" in spread_moves(spread)
     summary = readme_summary(summaries, classes, kernels, "docs/results/full/RESULTS.md")
-    assert "[RESULTS.md](docs/results/full/RESULTS.md)" in summary and len(summary.splitlines()) <= 8
+    assert "[RESULTS.md](docs/results/full/RESULTS.md)" in summary and len(summary.splitlines()) <= 10
     assert "[claims.md](docs/results/full/claims.md)" in summary  # where the claim IDs are defined
     assert f"on {results['dataset'].nunique()} of the paper's 10 datasets" in summary
     # the "why" counts the published run's selected MMD configurations and, apart, its replicates'
@@ -150,9 +153,32 @@ def test_dataset_line_spread_moves_and_the_readme_summary(published):
             ours, theirs = len(s.ours[flavour].judged), len(s.paper.judged)
             if s.ours[flavour].verdict == SUPPORTED and ours < theirs:
                 assert re.search(
-                    rf"{flavour}: [^.]*{SUPPORTED} [^.;]*{s.id} \(on {ours} of its {theirs} datasets\)",
-                    summary,
+                    rf"\*\*Reproduces\*\*[^\n]*{s.id} \(on {ours} of its {theirs} datasets\)", summary
                 )
+
+
+def test_the_first_lines_name_every_claim_under_its_verdict_in_each_flavour(published):
+    """The answer first: one line per verdict word, every claim under the verdict each flavour gives it (marked
+    with the flavour where the two differ), then why and what to do; RESULTS.md opens with them."""
+    from kcal.publish.answer import VERDICT_LINES, first_lines
+    from kcal.publish.tradeoff import PathCounts
+
+    results, replicates, _, kernels = published
+    summaries = claim_summaries(results, {n: r for n, r in replicates.items() if n != PUBLISHED})
+    lines = first_lines(summaries, kernels, PathCounts(23, 7, 4, 1, 3), "claims.md")
+    assert len(lines) == len(VERDICT_LINES) + 2 and lines[-1].startswith("- **What to do**")
+    assert "4 of 23 paths" in lines[-1] and "as good in 1 of those" in lines[-1]
+    for s in summaries:
+        for fl in FLAVOURS:
+            (line,) = [
+                line for (v, _, _), line in zip(VERDICT_LINES, lines, strict=False) if v == s.ours[fl].verdict
+            ]
+            assert re.search(rf"\b{s.id}\b", line), (s.id, fl, line)
+    none = first_lines(summaries, kernels, PathCounts(5, 2, 0, 0, 0), "claims.md")
+    assert "none of 5 paths lowers" in none[-1]
+    text = (DOCS / "full" / "RESULTS.md").read_text(encoding="utf-8").splitlines()
+    assert text[2] == "<!-- kcal.report:answer:first -->" and text[3].startswith("**In short**")
+    assert text[10] == "<!-- /kcal.report -->"  # the answer is the first 10 lines
 
 
 def test_a_supported_claim_judged_on_fewer_datasets_than_the_papers_says_on_how_many():

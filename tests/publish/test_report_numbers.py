@@ -609,6 +609,6 @@ def test_stale_numbers_are_caught_and_the_data_s_numbers_pass(data):
         ["94.4"]  # fmt: skip
     assert [n.text for n in stale("## online-shoppers\n\nXE + MMD reaches 12.3456 % accuracy there.", data)] \
         == ["12.3456 %"]  # fmt: skip
-    assert [n.text for n in stale("Rerunning the sweep moves 42 % of cells by more than 2 SE.", data)] == [
-        "42 %"
+    assert [n.text for n in stale("Rerunning the sweep moves 47 % of cells by more than 2 SE.", data)] == [
+        "47 %"
     ]

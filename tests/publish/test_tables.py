@@ -494,37 +494,77 @@ def _lines(results, **kw) -> dict[str, str]:
 
 
 def test_claim_verdicts_on_hand_constructed_results():
+    """No replicates here, so every dataset is judged by its seed SEs (protocol spread unknown), normal quantiles."""
     lines = _lines(_claims_results())
     assert set(lines) == {c.id for c in C.CLAIMS}
-    # better by 0.05 against 2 sqrt(2) 0.01 = 0.028 on both datasets; official: a tie on medical-expenditure
-    assert ("exact: 2 better, 0 indistinguishable, 0 worse of 2 datasets run -> supported. "
-            "official-compatible: 1 better, 1 indistinguishable, 0 worse of 2 datasets run -> undecided.") in lines["R1"]  # fmt: skip
+    # R1 (QCE, δ 0.02): better by 0.05, 95 % interval ±1.96·sqrt(2)·0.01 = ±0.028, on both datasets; official:
+    # a tie on medical-expenditure, whose 90 % interval (±0.023) is wider than δ: open, not equivalent
+    assert ("exact: 2 holds of 2 datasets run -> supported. "
+            "official-compatible: 1 holds, 1 open of 2 datasets run -> inconclusive.") in lines["R1"]  # fmt: skip
     assert lines["R1"].startswith(
         'R1 (§6.2, Results) "In regression, our objective (NLL + MMD) achieves better QCE'
     )
-    assert (
-        "paper's own numbers: 5 better, 0 indistinguishable, 0 worse of 5 datasets -> supported"
-        in lines["R1"]
-    )
-    # R2 (not worse): 1.03 against 1.00 is within 2 combined SE (0.057): holds; official: worse by 0.1 on one
-    assert "exact: 0 better, 2 indistinguishable, 0 worse of 2 datasets run -> supported" in lines["R2"]
-    assert (
-        "official-compatible: 1 better, 0 indistinguishable, 1 worse of 2 datasets run -> not supported"
-        in lines["R2"]
-    )
+    assert "paper's own numbers: 5 holds of 5 datasets -> supported" in lines["R1"]
+    # R2 (non-inferiority at δ 0.03): 1.03 against 1.00 with SE 0.028 cannot show "not worse by more than 0.03"
+    # (the old rule called it supported: more noise, more support); official: better by 0.1, then worse by 0.1
+    assert "exact: 2 open of 2 datasets run -> inconclusive" in lines["R2"]
+    assert "official-compatible: 1 holds, 1 contradicted of 2 datasets run -> contradicted" in lines["R2"]
     # R3 (most): better on 2 of 3, worse on 1
-    assert "exact: 2 better, 0 indistinguishable, 1 worse of 3 datasets run -> supported" in lines["R3"]
+    assert "exact: 2 holds, 1 contradicted of 3 datasets run -> supported" in lines["R3"]
     assert "official-compatible: 0 datasets run -> not evaluated" in lines["R3"]
-    assert "exact: 1 better, 0 indistinguishable, 1 worse of 2 datasets run -> not supported" in lines["D1"]
+    assert "exact: 1 holds, 1 contradicted of 2 datasets run -> contradicted" in lines["D1"]
     assert (
         "exact: 0 datasets run -> not evaluated. official-compatible: 0 datasets run -> not evaluated"
         in lines["C1"]
     )
 
 
+def test_the_papers_effect_is_excluded_where_our_interval_rules_it_out():
+    """R1 on crime: the paper's own gain is 0.220 - 0.164 = 0.056. Ours 0.003 ± a small SE: the interval excludes
+    it (not reproduced); with a wide SE it does not (inconclusive), and the runs that would decide are named."""
+    recs = _reg(
+        "exact", "crime", {("nll", "none", "qce"): (0.200, 0.002), ("nll_mmd", "none", "qce"): (0.197, 0.002)}
+    )
+    tight = next(e for e in C.evaluate_all(pd.DataFrame(recs)) if e.claim.id == "R1" and not e.label)
+    crime = tight.results["exact"].datasets["crime"]
+    (c,) = crime.comparisons
+    assert c.paper_diff == pytest.approx(-0.056) and c.diff == pytest.approx(-0.003)
+    assert crime.status == "the paper's effect excluded"
+    assert tight.results["exact"].verdict == "not reproduced: the paper's effect excluded"
+    wide = _reg(
+        "exact", "crime", {("nll", "none", "qce"): (0.200, 0.03), ("nll_mmd", "none", "qce"): (0.197, 0.03)}
+    )
+    loose = next(e for e in C.evaluate_all(pd.DataFrame(wide)) if e.claim.id == "R1" and not e.label)
+    (c,) = loose.results["exact"].datasets["crime"].comparisons
+    assert c.status == "open" and loose.results["exact"].verdict == "inconclusive"
+    assert c.interval.mde() == pytest.approx((1.959964 + 0.841621) * math.sqrt(2) * 0.03, rel=1e-5)
+    need = c.runs_needed()  # runs of SD sqrt(2) 0.03 that detect 0.056 at 80 % power
+    assert need is not None and need > 2
+    from scipy.stats import t
+
+    def detects(r):
+        return (t.ppf(0.975, r - 1) + t.ppf(0.8, r - 1)) * math.sqrt(2) * 0.03 / math.sqrt(r) <= 0.056
+
+    assert detects(need) and not detects(need - 1)
+
+
+def test_margins_come_from_the_papers_own_gains_alone():
+    """Each metric's margin is half the median of the paper's claimed gains, whatever our numbers are."""
+    found = C.paper_margins()
+    assert set(found) == {c.metric for c in C.CLAIMS}
+    for m in found.values():
+        assert (
+            m.value == float(f"{m.median_gain / 2:.1g}") and m.gains > 0 and "half the median" in m.reason()
+        )
+    assert found["qce"].value == 0.02 and found["acc"].value == 0.2
+    e = next(e for e in C.evaluate_all(_claims_results()) if e.claim.id == "R1" and not e.label)
+    assert e.margin == found["qce"]
+
+
 PAPER_SUPPORTED = {"R1", "R2", "R3", "R4", "R5", "C1", "C3", "C4a", "C4b"}
-_PAPER_PHRASE = re.compile(r"paper's own numbers: (?P<counts>[^>]*?) -> (?P<verdict>supported|not supported|undecided|"
-                           r"not evaluated)(?:; counter-example: (?P<example>.*?))?\. (?:exact|official)")  # fmt: skip
+_PAPER_PHRASE = re.compile(r"paper's own numbers: (?P<counts>[^>]*?) -> (?P<verdict>supported|contradicted|inconclusive|"
+                           r"not reproduced: the paper's effect excluded|not evaluated)"
+                           r"(?:; counter-example: (?P<example>.*?))?\. (?:exact|official)")  # fmt: skip
 
 
 def check_paper_control(line: str, claim) -> list[str]:
@@ -553,34 +593,29 @@ def test_the_rules_applied_to_the_papers_own_numbers_support_the_papers_claims_o
     supported = {e.claim.id for e in evaluated if e.results[C.PAPER].verdict == "supported"}
     assert supported == PAPER_SUPPORTED
     lines = {e.claim.id: C.summary_line(e) for e in evaluated}
-    # C2: indistinguishable on three datasets of the paper's own Table 4; D1: on crime in its Table 7
-    assert (
-        "paper's own numbers: 2 better, 3 indistinguishable, 0 worse of 5 datasets -> undecided"
-        in lines["C2"]
-    )
-    assert ("counter-example: heart-disease XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: indistinguishable "
-            "(difference 0.006 <= 0.0072)") in lines["C2"]  # fmt: skip
+    # C2: open on three datasets of the paper's own Table 4; D1: on crime in its Table 7
+    assert "paper's own numbers: 2 holds, 3 open of 5 datasets -> inconclusive" in lines["C2"]
+    assert ("counter-example: heart-disease XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: inconclusive, "
+            "open") in lines["C2"]  # fmt: skip
     assert (
         "online-shoppers XE + MMD 0.127 ± 0.001" in lines["C2"]
         and "adult XE + MMD 0.178 ± 0.001" in lines["C2"]
     )
     assert ("counter-example: crime NLL + MMD k_Y=tanh 0.027 ± 0.006 vs NLL + MMD k_Y=rbf 0.042 ± 0.011: "
-            "indistinguishable") in lines["D1"]  # fmt: skip
+            "inconclusive") in lines["D1"]  # fmt: skip
     # the stricter reading of C1 (every dataset) is not what the paper's own Table 4 shows: online-shoppers
     strict = next(e for e in C.evaluate_all(_claims_results()) if e.claim.id == "C1" and e.label)
-    assert strict.results[C.PAPER].verdict == "undecided" and "online-shoppers" in C.summary_line(strict)
+    assert strict.results[C.PAPER].verdict == "inconclusive" and "online-shoppers" in C.summary_line(strict)
 
 
 def test_the_control_check_fails_on_a_rejection_without_a_counter_example():
     claim = C.CLAIMS[0]
-    good = "R1 ... paper's own numbers: 5 better, 0 indistinguishable, 0 worse of 5 datasets -> supported. exact: ..."
+    good = "R1 ... paper's own numbers: 5 holds of 5 datasets -> supported. exact: ..."
     assert check_paper_control(good, claim) == []
-    bad = good.replace("5 better, 0 indistinguishable", "4 better, 1 indistinguishable").replace(
-        "supported", "undecided"
-    )
+    bad = good.replace("5 holds of", "4 holds, 1 open of").replace("supported", "inconclusive")
     assert check_paper_control(bad, claim) != []
     named = bad.replace(
-        "undecided.", "undecided; counter-example: crime NLL + MMD 0.164 ± 0.004 vs NLL 0.220 ± 0.004."
+        "inconclusive.", "inconclusive; counter-example: crime NLL + MMD 0.164 ± 0.004 vs NLL 0.220 ± 0.004."
     )
     assert check_paper_control(named, claim) == []
 
@@ -605,11 +640,9 @@ def test_each_claim_quotes_the_paper():
 
 
 def test_replicates_turn_a_one_run_verdict_into_a_test_over_runs():
-    """With replicates, a dataset's outcome is the t test of the runs' mean difference, and each run is
-    counted alone ("holds in k of n runs")."""
+    """With replicates, a dataset's interval is the t interval of the runs' mean difference, and each run alone
+    by its seed SEs is kept as a description."""
     results = _claims_results()
-    one = _lines(results)["R1"]
-    assert "exact: 2 better" in one and "runs:" not in one
     replicates = {}
     for k, shift in enumerate((0.06, -0.04)):  # NLL + MMD's QCE on crime in two more runs: worse, then better
         rep = results[(results["dataset"] == "crime") & (results["flavour"] == "exact")].copy()
@@ -617,18 +650,40 @@ def test_replicates_turn_a_one_run_verdict_into_a_test_over_runs():
         rep.loc[hit, "mean"] += shift
         replicates[f"sampler_seed={k + 1}"] = rep
     lines = _lines(results, replicates=replicates)
-    # crime: differences -0.05, +0.01, -0.09 (mean -0.043, sd 0.05): indistinguishable over 3 runs
-    assert ("exact: 1 better, 1 indistinguishable, 0 worse of 2 datasets run; runs: holds in 3 of 4 (crime 2 of 3) "
-            "-> undecided") in lines["R1"]  # fmt: skip
+    # crime: differences -0.05, +0.01, -0.09 (mean -0.043, sd 0.05): t_2 interval ±0.124 holds 0 and the paper's
+    # -0.056: open; medical-expenditure, one run, holds
+    assert "exact: 1 holds, 1 open of 2 datasets run -> inconclusive" in lines["R1"]
     e = next(e for e in C.evaluate_all(results, replicates=replicates) if e.claim.id == "R1")
     crime = e.results["exact"].datasets["crime"]
-    assert crime.run_outcomes == ("better", "indistinguishable", "better") and crime.runs == 3
+    assert crime.run_outcomes == ("holds", "open", "holds") and crime.runs == 3
     (comparison,) = crime.comparisons
     sd = float(np.std([-0.05, 0.01, -0.09], ddof=1))
-    assert comparison.diff == pytest.approx(-0.13 / 3) and comparison.half_width == pytest.approx(
-        4.302652729911275 * sd / math.sqrt(3), rel=1e-6
-    )
+    assert comparison.diff == pytest.approx(-0.13 / 3) and comparison.basis == "runs"
+    lo, hi = comparison.interval.ci()
+    assert hi - comparison.diff == pytest.approx(4.302652729911275 * sd / math.sqrt(3), rel=1e-6)
     assert e.results[C.PAPER].datasets["crime"].runs == 1  # the paper's numbers are one run
+    # the one-run dataset is judged with the replicated comparisons' spread ratio (at least 1)
+    spread = e.results["exact"].spread
+    assert spread.known and spread.comparisons >= 1
+    (med,) = e.results["exact"].datasets["medical-expenditure"].comparisons
+    assert med.basis == "spread" and med.interval.se == pytest.approx(spread.factor() * math.sqrt(2) * 0.01)
+
+
+def test_a_one_run_dataset_takes_the_measured_spread_ratio():
+    """Three runs whose differences spread 3x their seed SE: a one-run dataset's interval is 3x as wide."""
+    results = _claims_results()
+    replicates = {}
+    for k, shift in enumerate((0.0424, -0.0424)):
+        rep = results[(results["dataset"] == "crime") & (results["flavour"] == "exact")].copy()
+        rep.loc[(rep["objective"] == "nll_mmd") & (rep["metric"] == "qce"), "mean"] += shift
+        rep = rep[rep["metric"] == "qce"]
+        replicates[f"sampler_seed={k + 1}"] = rep
+    e = next(e for e in C.evaluate_all(results, replicates=replicates) if e.claim.id == "R1")
+    spread = e.results["exact"].spread
+    assert spread.ratio == pytest.approx(0.0424 / (math.sqrt(2) * 0.01), rel=1e-3) and spread.comparisons == 1
+    (med,) = e.results["exact"].datasets["medical-expenditure"].comparisons
+    assert med.interval.se == pytest.approx(0.0424, rel=1e-3)  # 3 x the combined seed SE
+    assert "seed SE x 3.00" in e.results["exact"].spread.phrase()
 
 
 def test_claims_are_data_and_the_markdown_lists_them(written):
@@ -650,7 +705,8 @@ def test_claims_are_data_and_the_markdown_lists_them(written):
         line = next(x for x in md.splitlines() if x.startswith(c.id + " "))
         assert f'"{c.quote}"' in line and check_paper_control(line, c) == []
     assert "  - C2, kcal's stricter reading (against plain XE too, on every dataset)" in md
-    assert "| R1 | paper | exact | crime | 1 | better |" in md
+    assert "| R1 | paper | exact | crime | 1 | seed | holds | NLL: better, holds |" in md
+    assert "## Margins" in md and "| qce | 0.02 | half the median" in md
 
 
 def test_cli_prints_paths_and_claims(tmp_path, capsys):

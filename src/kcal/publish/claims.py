@@ -10,11 +10,16 @@ on online-shoppers). Where kcal used to read a claim more strictly (against plai
 dataset), the claim keeps that as its *stricter reading* (``strict_others`` / ``strict_quantifier``), shown
 on a second, labelled line; it is not the headline.
 
-Per dataset the outcome is better / indistinguishable / worse, and the claim's verdict supported / not
-supported / undecided follows from the counts over datasets, by the rules of :mod:`kcal.publish.verdicts`
-(combined seed SE for one run; a t test over the runs where replicates of the protocol exist). Each run
-is also judged alone by its seed SEs ("holds in k of n runs"). A dataset counts only if every row the
-claim needs has a mean there ("datasets run").
+Per dataset and compared row the difference gets a 95 % interval and the metric's margin (:func:`paper_margins`:
+half the median of the paper's own claimed gains in that metric, from the paper's numbers alone); the comparison
+is better / equivalent / worse / inconclusive and *holds*, is *contradicted*, has *the paper's effect excluded*
+or stays *open*; the claim's verdict is supported / not reproduced: the paper's effect excluded / contradicted /
+inconclusive, by the rules of :mod:`kcal.publish.verdicts`. The interval: a t interval over the runs where
+replicates of the protocol exist; on a dataset of ours with one run, the combined seed SE times the protocol's
+spread measured where it was replicated (:class:`Spread`: the median over the replicated comparisons of their
+run-to-run SD over their combined seed SE, at least 1), or the seed SE alone labelled "protocol spread
+unknown"; the paper's numbers, their own seed SEs. Each run alone by its seed SEs is kept as a description.
+A dataset counts only if every row the claim needs has a mean there ("datasets run").
 
 **Control.** The same rule applied to the paper's own numbers with the paper's SEs
 (``paper's own numbers``) must say "supported" for a claim the paper makes; where it cannot, the line names
@@ -27,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 
 import pandas as pd
 
@@ -94,8 +100,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("R1", "§6.2, Results", _REGRESSION_RESULTS, "regression", "qce", ("NLL + MMD",), ("NLL",),
           "better", "every", "its first half; the rows without post-hoc recalibration"),
     Claim("R2", "§6.2, Results", _REGRESSION_RESULTS, "regression", "nll", ("NLL + MMD",), ("NLL",),
-          "not worse", "every", "its second half; comparable (or better) is read as not worse: better or "
-          "indistinguishable"),
+          "not worse", "every", "its second half; comparable (or better) is read as non-inferior: not worse by "
+          "more than the NLL margin"),
     Claim("R3", "§6.2, Results", "On most datasets, we find that our method also reduces the sharpness penalty "
           "induced by post-hoc calibration.", "regression", "nll", ("NLL + MMD + post-hoc",), ("NLL + post-hoc",),
           "better", "most", "the sharpness penalty is read as the NLL left after post-hoc recalibration"),
@@ -139,14 +145,71 @@ Values = dict[str, tuple[float, float]]  # row -> (mean, se) on one dataset in o
 
 
 @dataclass(frozen=True)
+class Margin:
+    """A metric's margin (:func:`kcal.publish.verdicts.margin_from_gains`) and where it comes from."""
+
+    metric: str
+    value: float
+    median_gain: float
+    gains: int  # how many of the paper's comparisons claim a gain in this metric
+
+    def reason(self) -> str:
+        return (f"half the median ({self.median_gain:.2g}) of the paper's {self.gains} claimed gains in this metric "
+                "(its own numbers, every claim and dataset where its row is ahead)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a dataset with one run of the protocol is judged: its combined seed SE times ``ratio``, the median
+    over the replicated comparisons of their run-to-run SD over their combined seed SE (``low`` .. ``high``:
+    a 95 % bootstrap interval of that median, ``comparisons``: how many it is taken over). ``ratio`` NaN: no
+    replicated comparison, the protocol spread is unknown and the seed SE is used alone."""
+
+    ratio: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    comparisons: int = 0
+
+    @property
+    def known(self) -> bool:
+        return not math.isnan(self.ratio)
+
+    def factor(self) -> float:
+        """What a one-run dataset's seed SE is multiplied by: the ratio, at least 1 (the seed SE is a floor, as in
+        the test over runs), 1 where the spread is unknown."""
+        return max(1.0, self.ratio) if self.known else 1.0
+
+    def phrase(self) -> str:
+        if not self.known:
+            return "protocol spread unknown (no replicated comparison): seed SE alone"
+        return (f"seed SE x {self.ratio:.2f} (the replicated comparisons' median run-to-run SD over seed SE, 95 % "
+                f"interval {self.low:.2f}-{self.high:.2f}, {self.comparisons} comparisons)")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Comparison:
     """The claim's row against one compared row on one dataset (:mod:`kcal.publish.verdicts`)."""
 
     other: str
-    diff: float  # s (mean_ours - mean_other), negative: ours better; with runs, the mean over them
-    half_width: float
+    interval: V.Interval  # the signed difference (negative: ours better), over runs where there are several
     runs: int
-    outcome: str
+    outcome: str  # verdicts.CLAIM_OUTCOMES
+    status: str  # verdicts.STATUSES
+    margin: float
+    paper_diff: (
+        float  # the paper's own signed difference there (NaN: not known; for the paper itself, its own)
+    )
+    sd_run: float  # the per-run SD the runs needed are computed with
+    basis: str  # "runs", "spread" (one run, seed SE x ratio) or "seed" (seed SE alone)
+
+    @property
+    def diff(self) -> float:
+        return self.interval.diff
+
+    def runs_needed(self) -> int | None:
+        """Runs of the protocol that would detect the paper's gain (or, without one, the margin) at 80 % power."""
+        target = self.paper_diff if not math.isnan(self.paper_diff) and self.paper_diff < 0 else self.margin
+        return V.runs_needed(self.sd_run, target)
 
 
 @dataclass(frozen=True)
@@ -155,12 +218,23 @@ class DatasetResult:
     best: str  # the claim's row compared (the best of ``Claim.ours``)
     values: Values  # the published run's (or the paper's) numbers of every row the claim needs
     comparisons: tuple[Comparison, ...]
-    outcome: str  # better / indistinguishable / worse
-    run_outcomes: tuple[str, ...]  # each run judged alone by its seed SEs, the published run first
+    status: str  # verdicts.STATUSES, over the compared rows
+    run_outcomes: tuple[str, ...]  # each run alone by its seed SEs (descriptive), the published run first
 
     @property
     def runs(self) -> int:
         return len(self.run_outcomes)
+
+    @property
+    def outcome(self) -> str:
+        """The comparisons' outcomes in one word: *worse* if one is, *better* if all are, *equivalent* if one
+        is, else *inconclusive*."""
+        outs = [c.outcome for c in self.comparisons]
+        if V.WORSE in outs:
+            return V.WORSE
+        if all(o == V.BETTER for o in outs):
+            return V.BETTER
+        return V.EQUIVALENT if V.EQUIVALENT in outs else V.INCONCLUSIVE
 
 
 @dataclass
@@ -168,51 +242,43 @@ class ClaimResult:
     claim: Claim
     source: str  # a flavour or PAPER
     datasets: dict[str, DatasetResult] = field(default_factory=dict)
+    spread: Spread = field(default_factory=Spread)
 
     @property
     def n(self) -> int:
         return len(self.datasets)
 
-    def count(self, outcome: str) -> int:
-        return sum(d.outcome == outcome for d in self.datasets.values())
+    def count(self, status: str) -> int:
+        return sum(d.status == status for d in self.datasets.values())
 
     def holds_on(self, d: DatasetResult) -> bool | None:
-        return V.holds(self.claim.direction, d.outcome)
+        """True where the claim holds, False where it is contradicted or the paper's effect is excluded."""
+        return True if d.status == V.HOLDS else (None if d.status == V.OPEN else False)
 
     @property
     def held(self) -> int:
-        return sum(self.holds_on(d) is True for d in self.datasets.values())
-
-    @property
-    def failed(self) -> int:
-        return sum(self.holds_on(d) is False for d in self.datasets.values())
+        return self.count(V.HOLDS)
 
     @property
     def verdict(self) -> str:
-        return V.verdict(self.held, self.failed, self.n, self.claim.quantifier)
+        return V.claim_verdict([d.status for d in self.datasets.values()], self.claim.quantifier)
 
     def runs_held(self) -> tuple[int, int]:
-        """(runs in which the claim holds on their dataset, runs), over every dataset and run."""
+        """(runs in which the claim holds on their dataset by their seed SEs alone, runs): descriptive."""
         outs = [o for d in self.datasets.values() for o in d.run_outcomes]
-        return sum(V.holds(self.claim.direction, o) is True for o in outs), len(outs)
+        return sum(o == V.HOLDS for o in outs), len(outs)
 
     def counts_phrase(self) -> str:
         run = "datasets" if self.source == PAPER else "datasets run"
-        return (f"{self.count(V.BETTER)} better, {self.count(V.INDISTINGUISHABLE)} indistinguishable, "
-                f"{self.count(V.WORSE)} worse of {self.n} {run}")  # fmt: skip
+        parts = [f"{self.count(s)} {s}" for s in V.STATUSES if self.count(s)]
+        return f"{', '.join(parts) or 'none'} of {self.n} {run}"
 
     def phrase(self) -> str:
-        """E.g. ``2 better, 1 indistinguishable, 2 worse of 5 datasets run; runs: holds in 4 of 13 (...) ->
-        not supported``, with the paper's counter-example where the paper's own numbers are not supported."""
+        """E.g. ``1 holds, 1 open of 2 datasets run -> inconclusive``, the paper's counter-example where the
+        paper's own numbers are not supported."""
         if self.n == 0:
             return f"0 datasets run -> {V.NOT_EVALUATED}"
-        text = self.counts_phrase()
-        if any(d.runs > 1 for d in self.datasets.values()):
-            k, total = self.runs_held()
-            per = ", ".join(f"{d.dataset} {sum(V.holds(self.claim.direction, o) is True for o in d.run_outcomes)} "
-                            f"of {d.runs}" for d in self.datasets.values() if d.runs > 1)  # fmt: skip
-            text += f"; runs: holds in {k} of {total} ({per})"
-        text += f" -> {self.verdict}"
+        text = f"{self.counts_phrase()} -> {self.verdict}"
         if self.source == PAPER and self.verdict != V.SUPPORTED:
             text += f"; counter-example: {self.counter_example()}"
         return text
@@ -221,22 +287,22 @@ class ClaimResult:
         """Every dataset where the claim does not hold, with the comparisons that keep it from holding."""
         parts = []
         for d in self.datasets.values():
-            if self.holds_on(d) is True:
+            if d.status == V.HOLDS:
                 continue
-            blocking = [c for c in d.comparisons if V.holds(self.claim.direction, c.outcome) is not True]
+            blocking = [c for c in d.comparisons if c.status != V.HOLDS]
             parts.append(f"{d.dataset} " + "; ".join(comparison_text(d, c) for c in blocking))
         return " | ".join(parts)
 
 
 def comparison_text(d: DatasetResult, c: Comparison) -> str:
-    """``XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: indistinguishable (difference 0.006 <= 0.0072)``:
-    the published run's numbers (or the paper's), then the size of the difference (over runs: of their mean)
-    against the half-width."""
+    """``XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: inconclusive (d -0.006, 95 % [-0.012, 0.0003];
+    δ 0.004)``: the published run's numbers (or the paper's), then the difference (over runs: their mean) with
+    its interval, the margin, and for ours the paper's difference."""
     (am, as_), (bm, bs) = d.values[d.best], d.values[c.other]
+    lo, hi = c.interval.ci()
     over = f", mean over {c.runs} runs" if c.runs > 1 else ""
-    rel = "<=" if abs(c.diff) <= c.half_width else ">"
-    return (f"{d.best} {_pm(am, as_)} vs {c.other} {_pm(bm, bs)}: {c.outcome} "
-            f"(difference {abs(c.diff):.2g} {rel} {c.half_width:.2g}{over})")  # fmt: skip
+    return (f"{d.best} {_pm(am, as_)} vs {c.other} {_pm(bm, bs)}: {c.outcome}, {c.status} "
+            f"(d {c.diff:.2g}, 95 % [{lo:.2g}, {hi:.2g}]{over}; δ {c.margin:.2g})")  # fmt: skip
 
 
 def _pm(mean: float, se: float) -> str:
@@ -269,40 +335,138 @@ def _best(claim: Claim, runs: Sequence[Values]) -> str:
     return min(claim.ours, key=lambda r: sum(s * v[r][0] for v in runs) / len(runs))
 
 
-def _one_run(claim: Claim, vals: Values) -> str:
-    best = _best(claim, [vals])
-    s, (am, as_) = _sign(claim), vals[best]
-    return V.combine(
-        V.outcome(s * (am - vals[o][0]), V.seed_half_width(as_, vals[o][1])) for o in claim.others
+def _diffs(claim: Claim, runs: Sequence[Values], best: str, other: str) -> tuple[list[float], list[float]]:
+    """Per run: the signed difference of ``best`` against ``other`` and its combined seed SE."""
+    s = _sign(claim)
+    diffs = [s * (v[best][0] - v[other][0]) for v in runs]
+    ses = [math.hypot(V.se_or_zero(v[best][1]), V.se_or_zero(v[other][1])) for v in runs]
+    return diffs, ses
+
+
+def run_ratios(claim: Claim, runs: Sequence[Values]) -> list[float]:
+    """On one dataset with R >= 2 runs: per compared row, the runs' SD of the difference over their RMS combined
+    seed SE (left out where that SE is float rounding)."""
+    if len(runs) < 2:
+        return []
+    best, out = _best(claim, runs), []
+    for o in claim.others:
+        diffs, ses = _diffs(claim, runs, best, o)
+        mean = sum(diffs) / len(diffs)
+        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+        rms = math.sqrt(sum(u**2 for u in ses) / len(ses))
+        if not V.is_rounding(rms, *(v[best][0] for v in runs)):
+            out.append(sd / rms)
+    return out
+
+
+def spread_of(ratios: Sequence[float], resamples: int = 2000) -> Spread:
+    """The median of ``ratios`` and its 95 % percentile-bootstrap interval (a fixed generator: the same
+    ratios always give the same interval)."""
+    import numpy as np
+
+    found = np.asarray([r for r in ratios if not math.isnan(r)], dtype=float)
+    if found.size == 0:
+        return Spread()
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(found, size=(resamples, found.size), replace=True), axis=1)
+    low, high = np.quantile(medians, [0.025, 0.975])
+    return Spread(float(np.median(found)), float(low), float(high), int(found.size))
+
+
+def evaluate_dataset(
+    claim: Claim,
+    dataset: str,
+    runs: Sequence[Values],
+    margin: float,
+    paper_diffs: Mapping[str, float],
+    spread: Spread,
+    is_paper: bool = False,
+) -> DatasetResult:
+    """The status on one dataset from its runs (the published run, or the paper's, first): a t test over runs
+    where there are several, else the combined seed SE, times the protocol spread's ratio for a run of ours."""
+    best = _best(claim, runs)
+    comparisons = []
+    for o in claim.others:
+        diffs, ses = _diffs(claim, runs, best, o)
+        r = len(runs)
+        if r == 1:
+            factor = 1.0 if is_paper else spread.factor()
+            basis = "seed" if is_paper or not spread.known else "spread"
+            iv, sd_run = V.Interval(diffs[0], factor * ses[0]), factor * ses[0]
+        else:
+            mean = sum(diffs) / r
+            sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (r - 1))
+            sd_run = max(sd, math.sqrt(sum(u**2 for u in ses) / r))
+            iv, basis = V.Interval(mean, sd_run / math.sqrt(r), r - 1), "runs"
+        paper_diff = diffs[0] if is_paper else paper_diffs.get(o, math.nan)
+        comparisons.append(Comparison(o, iv, r, V.compare(iv, margin), V.status(claim.direction, iv, margin, paper_diff),
+                                      margin, paper_diff, sd_run, basis))  # fmt: skip
+    each = tuple(_seed_status(claim, v, margin) for v in runs)
+    return DatasetResult(
+        dataset, best, runs[0], tuple(comparisons), V.combine_status(c.status for c in comparisons), each
     )
 
 
-def evaluate_dataset(claim: Claim, dataset: str, runs: Sequence[Values]) -> DatasetResult:
-    """The outcome on one dataset from its runs (the published run, or the paper's, first)."""
-    best, s = _best(claim, runs), _sign(claim)
-    comparisons = []
+def _seed_status(claim: Claim, vals: Values, margin: float) -> str:
+    """One run alone by its seed SEs (descriptive: the seed SE leaves out the selection's noise)."""
+    best, found = _best(claim, [vals]), []
     for o in claim.others:
-        diffs = [s * (v[best][0] - v[o][0]) for v in runs]
-        ses = [math.hypot(V.se_or_zero(v[best][1]), V.se_or_zero(v[o][1])) for v in runs]
-        if len(runs) == 1:
-            diff, half = diffs[0], V.Z * ses[0]
-        else:
-            diff, half = V.runs_test(diffs, ses)
-        comparisons.append(Comparison(o, diff, half, len(runs), V.outcome(diff, half)))
-    return DatasetResult(dataset, best, runs[0], tuple(comparisons), V.combine(c.outcome for c in comparisons),
-                         tuple(_one_run(claim, v) for v in runs))  # fmt: skip
+        diffs, ses = _diffs(claim, [vals], best, o)
+        found.append(V.status(claim.direction, V.Interval(diffs[0], ses[0]), margin, None))
+    return V.combine_status(found)
 
 
 def evaluate_claim(
-    claim: Claim, runs: Sequence[pd.DataFrame], source: str, use_paper: bool = False
+    claim: Claim,
+    runs: Sequence[pd.DataFrame],
+    source: str,
+    use_paper: bool = False,
+    margin: float | None = None,
+    paper: ClaimResult | None = None,
+    spread: Spread | None = None,
 ) -> ClaimResult:
     """``claim`` on the cell frames of its table, one per run of the protocol (the published run first; a
-    dataset counts if the first run has it, and takes the other runs that have it too)."""
+    dataset counts if the first run has it, and takes the other runs that have it too). ``margin``: the
+    metric's (default: from the paper's numbers in ``runs``' first frame); ``paper``: the paper's own result, whose
+    differences decide "the paper's effect excluded"; ``spread``: how a one-run dataset of ours is judged."""
+    if margin is None:
+        margin = paper_margins()[claim.metric].value
+    spread = spread or Spread()
     per_run = [claim_values(claim, cells, use_paper) for cells in runs]
-    out = ClaimResult(claim, source)
+    out = ClaimResult(claim, source, spread=spread)
     for ds, vals in per_run[0].items():
-        out.datasets[ds] = evaluate_dataset(claim, ds, [vals] + [r[ds] for r in per_run[1:] if ds in r])
+        theirs = {}
+        if paper is not None and ds in paper.datasets:
+            theirs = {c.other: c.paper_diff for c in paper.datasets[ds].comparisons}
+        out.datasets[ds] = evaluate_dataset(claim, ds, [vals] + [r[ds] for r in per_run[1:] if ds in r], margin,
+                                            theirs, spread, is_paper=use_paper)  # fmt: skip
     return out
+
+
+@cache
+def paper_margins() -> dict[str, Margin]:
+    """Every compared metric's margin (:func:`margins`) from the paper's own tables alone."""
+    from kcal.paper import RESULT_COLUMNS
+
+    empty = normalise_results(pd.DataFrame(columns=list(RESULT_COLUMNS)))
+    return margins(pd.concat([cell_frame(empty, "exact", TABLES[t]) for t in sorted({c.table for c in CLAIMS})],
+                             ignore_index=True))  # fmt: skip
+
+
+def margins(cells: pd.DataFrame) -> dict[str, Margin]:
+    """Each compared metric's margin from the paper's numbers in ``cells`` (a cell frame holding every claim's
+    table, or several concatenated): the gains the paper's own rows show in every claim's comparisons (its
+    reading, not the stricter ones)."""
+    gains: dict[str, list[float]] = {}
+    for claim in CLAIMS:
+        sub = cells[cells["table"] == claim.table]
+        for vals in claim_values(claim, sub, use_paper=True).values():
+            best = _best(claim, [vals])
+            for o in claim.others:
+                d = _diffs(claim, [vals], best, o)[0][0]
+                gains.setdefault(claim.metric, []).append(-d)
+    return {metric: Margin(metric, V.margin_from_gains(found), V.median_gain(found), sum(g > 0 for g in found))
+            for metric, found in gains.items()}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -312,6 +476,7 @@ class Evaluated:
     claim: Claim
     label: str  # "" for the paper's reading, else what makes the stricter reading stricter
     results: dict[str, ClaimResult]
+    margin: Margin | None = None
 
 
 def evaluate_all(
@@ -325,34 +490,57 @@ def evaluate_all(
     tables = {c.table for c in CLAIMS}
     frames = {fl: {t: [cell_frame(r, fl, TABLES[t]) for r in runs] for t in tables} for fl in flavours}
     paper = {t: [cell_frame(runs[0], "exact", TABLES[t])] for t in tables}
+    found = paper_margins()
+    spreads = {fl: spread_of([x for c in CLAIMS for ds, v in _per_dataset(c, frames[fl][c.table]).items()
+                              for x in run_ratios(c, v)]) for fl in flavours}  # fmt: skip
     out = []
     for c in CLAIMS:
         for claim, label in ((c, ""), (c.stricter(), c.strict_label)):
             if claim is None:
                 continue
-            per = {fl: evaluate_claim(claim, frames[fl][claim.table], fl) for fl in flavours}
-            per[PAPER] = evaluate_claim(claim, paper[claim.table], PAPER, use_paper=True)
-            out.append(Evaluated(claim, label, per))
+            margin = found[claim.metric]
+            theirs = evaluate_claim(claim, paper[claim.table], PAPER, use_paper=True, margin=margin.value)
+            per = {fl: evaluate_claim(claim, frames[fl][claim.table], fl, margin=margin.value, paper=theirs,
+                                      spread=spreads[fl]) for fl in flavours}  # fmt: skip
+            per[PAPER] = theirs
+            out.append(Evaluated(claim, label, per, margin))
     return out
 
 
+def _per_dataset(claim: Claim, frames: Sequence[pd.DataFrame]) -> dict[str, list[Values]]:
+    """``{dataset: [values of each run that has it]}`` of the published run's datasets."""
+    per_run = [claim_values(claim, f) for f in frames]
+    return {ds: [vals] + [r[ds] for r in per_run[1:] if ds in r] for ds, vals in per_run[0].items()}
+
+
 def claims_data(evaluated: Sequence[Evaluated]) -> list[dict]:
-    """The verdicts as data (``report.json``): per claim and reading, per source, the counts over datasets and
-    runs, the verdict and, for the paper's own numbers where not supported, the counter-example."""
+    """The verdicts as data (``report.json``): per claim and reading, its margin, per source the statuses over
+    datasets, the verdict, per dataset and compared row the paper's difference, our interval and the minimum
+    detectable effect, and for the paper's own numbers where not supported, the counter-example."""
     out = []
     for e in evaluated:
         sources = {}
         for src, r in e.results.items():
-            held, runs = r.runs_held()
-            sources[src] = {"datasets": r.n, **{o: r.count(o) for o in V.OUTCOMES}, "held": r.held,
-                            "failed": r.failed, "runs_held": held, "runs": runs, "verdict": r.verdict,
-                            "per_dataset": {d.dataset: d.outcome for d in r.datasets.values()}}  # fmt: skip
+            sources[src] = {"datasets": r.n, **{s: r.count(s) for s in V.STATUSES}, "verdict": r.verdict,
+                            "per_dataset": {d.dataset: d.status for d in r.datasets.values()},
+                            "comparisons": [_comparison_data(d, c) for d in r.datasets.values() for c in d.comparisons]}  # fmt: skip
+            if src != PAPER:
+                sources[src]["spread"] = {"ratio": r.spread.ratio, "low": r.spread.low, "high": r.spread.high,
+                                          "comparisons": r.spread.comparisons}  # fmt: skip
             if src == PAPER and r.verdict != V.SUPPORTED and r.n:
                 sources[src]["counter_example"] = r.counter_example()
         out.append({"id": e.claim.id, "reading": "stricter" if e.label else "paper", "label": e.label,
                     "section": e.claim.section, "quote": e.claim.quote, "summary": e.claim.summary(),
-                    "direction": e.claim.direction, "quantifier": e.claim.quantifier, "sources": sources})  # fmt: skip
+                    "direction": e.claim.direction, "quantifier": e.claim.quantifier,
+                    "margin": e.margin.value if e.margin else None, "sources": sources})  # fmt: skip
     return out
+
+
+def _comparison_data(d: DatasetResult, c: Comparison) -> dict:
+    lo, hi = c.interval.ci()
+    return {"dataset": d.dataset, "row": d.best, "other": c.other, "runs": c.runs, "basis": c.basis,
+            "diff": c.diff, "low": lo, "high": hi, "paper_diff": c.paper_diff, "mde": c.interval.mde(),
+            "runs_needed": c.runs_needed(), "outcome": c.outcome, "status": c.status}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -402,19 +590,57 @@ def claims_summary(
 
 
 RULES = (
-    "Per dataset, the claim's row is compared with each compared row: with d their difference (signed so that "
-    "d < 0 is better), *better* when d < -h, *worse* when d > h, *indistinguishable* otherwise. One run (the "
-    "paper's numbers, or a dataset of ours without replicates): h = 2·sqrt(se₁² + se₂²). Where replicates of "
-    "the protocol exist: d is the mean over the R runs and h = t_{R-1}·max(sd, seed SE)/sqrt(R), a 95 % t test "
-    "of the protocol's mean difference. Against several rows: better if better than all, worse if worse than "
-    "one. A claim *holds* on a dataset where it is better (for 'comparable or better': better or "
-    "indistinguishable), *fails* where worse. *every*: supported when it holds on all n datasets, not "
-    "supported when it fails on one, else undecided; *most*: supported when it holds on more than n/2, not "
-    "supported when it cannot (holding plus open datasets <= n/2), else undecided. 'runs: holds in k of n' "
-    'judges each run alone by its seed SEs. Rules: `kcal.publish.verdicts`. "paper\'s own numbers" applies '
-    "the same rule to the paper's printed numbers and SEs: where it is not supported, the paper's own "
+    "Per dataset, the claim's row is compared with each compared row: d is their difference, signed so that d < 0 "
+    "is better, with its 95 % interval [lo, hi] and a margin δ per metric, a difference a reader would not care "
+    "about (the table below: half the median of the paper's own claimed gains in that metric, fixed from the "
+    "paper's numbers before ours were judged). *better* when hi < 0, *worse* when lo > 0, *equivalent* when the "
+    "90 % interval lies within ±δ (two one-sided tests), else *inconclusive*. The interval: over R >= 2 runs of "
+    "the protocol, a t interval of the runs' mean difference (SD floored at the seed SE); on a dataset of ours with "
+    "one run, the combined seed SE times the run-to-run SD over seed SE measured on the replicated datasets (the "
+    "spread ratio below), or the seed SE alone labelled 'protocol spread unknown'; the paper's numbers, its "
+    "seed SEs. A comparison *holds* when better (for 'comparable or better', R2: when the 90 % interval's upper "
+    "end is below δ, non-inferiority at δ), is *contradicted* when worse (R2: worse by more than δ), has *the "
+    "paper's effect excluded* when the paper's own gain on that dataset lies below our interval, else is *open*. "
+    "Against several rows: holds when all hold, contradicted when one is, excluded when one is. A claim is "
+    "*supported* when it holds on every dataset (*every*) or on more than half (*most*); *contradicted* when "
+    "contradicted on one (*most*: on half, once a majority is out of reach); *not reproduced: the paper's effect "
+    "excluded* when excluded on one (*most*: once a majority is out of reach); else *inconclusive*. Beside each "
+    "comparison: the minimum detectable effect at 80 % power and how many runs of the protocol would detect the "
+    "paper's gain (or, without one, δ) at that power. Rules: `kcal.publish.verdicts`. \"paper's own numbers\" "
+    "applies the same rule to the paper's printed numbers and SEs: where it is not supported, the paper's own "
     "counter-example is named."
 )
+
+
+def margins_markdown(evaluated: Sequence[Evaluated]) -> list[str]:
+    """The margins, one row per metric, with their reason."""
+    seen: dict[str, Margin] = {}
+    for e in evaluated:
+        if e.margin is not None:
+            seen.setdefault(e.margin.metric, e.margin)
+    lines = ["| metric | margin δ | reason |", "|---|---:|---|"]
+    lines += [f"| {m.metric} | {m.value:g} | {m.reason()} |" for m in seen.values()]
+    return lines
+
+
+def spread_markdown(evaluated: Sequence[Evaluated]) -> list[str]:
+    """How each flavour judges a dataset of ours with one run."""
+    found = {}
+    for e in evaluated:
+        for src, r in e.results.items():
+            if src != PAPER:
+                found.setdefault(src, r.spread)
+    return [f"- {FLAVOUR_LABEL.get(src, src)}: {sp.phrase()}" for src, sp in found.items()]
+
+
+def _mde(c: Comparison) -> str:
+    need = c.runs_needed()
+    runs = (
+        "—"
+        if c.status in (V.HOLDS, V.CONTRADICTED, V.EXCLUDED)
+        else (f"{need}" if need else f"> {V.MAX_RUNS}")
+    )
+    return f"{c.interval.mde():.2g} | {runs}"
 
 
 def claims_markdown(
@@ -429,16 +655,23 @@ def claims_markdown(
            "labelled line.", ""]  # fmt: skip
     for e in evaluated:
         out += [("  - " if e.label else "") + summary_line(e, profile), ""]
+    out += ["## Margins", "", *margins_markdown(evaluated), "", "## A dataset with one run", "",
+            "A dataset of ours with one run of the protocol is judged with the protocol's spread measured where "
+            "the protocol was replicated:", "", *spread_markdown(evaluated), ""]  # fmt: skip
     out += ["## Per dataset", "",
-            "| claim | reading | source | dataset | runs | outcome | each run | values |",
-            "|---|---|---|---|---:|---|---|---|"]  # fmt: skip
+            "| claim | reading | source | dataset | runs | basis | status | compared row | paper's d | our d | 95 % "
+            "interval | MDE (80 %) | runs to decide | values |",
+            "|---|---|---|---|---:|---|---|---|---:|---:|---|---:|---:|---|"]  # fmt: skip
     for e in evaluated:
         for src, r in e.results.items():
             for d in r.datasets.values():
-                runs = ", ".join(f"{d.run_outcomes.count(o)} {o}" for o in V.OUTCOMES if o in d.run_outcomes)
-                values = "; ".join(comparison_text(d, c) for c in d.comparisons)
-                out.append(f"| {e.claim.id} | {'stricter' if e.label else 'paper'} | {FLAVOUR_LABEL.get(src, src)} "
-                           f"| {d.dataset} | {d.runs} | {d.outcome} | {runs} | {values} |")  # fmt: skip
+                for c in d.comparisons:
+                    lo, hi = c.interval.ci()
+                    paper = "—" if math.isnan(c.paper_diff) else f"{c.paper_diff:.3g}"
+                    out.append(f"| {e.claim.id} | {'stricter' if e.label else 'paper'} | {FLAVOUR_LABEL.get(src, src)} "
+                               f"| {d.dataset} | {d.runs} | {c.basis} | {d.status} | {c.other}: {c.outcome}, {c.status} "
+                               f"| {paper} | {c.diff:.3g} | [{lo:.3g}, {hi:.3g}] | {_mde(c)} | "
+                               f"{d.best} {_pm(*d.values[d.best])} vs {c.other} {_pm(*d.values[c.other])} |")  # fmt: skip
     out += ["", "## Claim definitions", "",
             "| id | section | table | metric | rows | compared with | direction | quantifier | stricter reading |",
             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

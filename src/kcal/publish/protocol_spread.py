@@ -203,7 +203,7 @@ def claim_counts(replicates: dict[str, pd.DataFrame]) -> pd.DataFrame:
             for ds in sorted({ds for v in per_run for ds in v}):  # each from the runs that hold it, in order
                 held = [frames[claim.table][i] for i, v in enumerate(per_run) if ds in v]
                 d = evaluate_claim(claim, held, flavour).datasets[ds]
-                k = sum(V.holds(claim.direction, o) is True for o in d.run_outcomes)
+                k = sum(o == V.HOLDS for o in d.run_outcomes)
                 rows.append({"claim": claim.id, "flavour": flavour, "dataset": ds, "holds": k, "replicates": d.runs,
                              "outcome": d.outcome if d.runs > 1 else "—"})  # fmt: skip
     return pd.DataFrame(rows, columns=["claim", "flavour", "dataset", "holds", "replicates", "outcome"])

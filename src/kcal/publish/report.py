@@ -57,6 +57,7 @@ from kcal.publish.answer import (
     claim_summaries,
     claims_table,
     dataset_line,
+    first_lines,
     readme_summary,
     spread_moves,
     why_sentences,
@@ -81,7 +82,7 @@ from kcal.publish.selected_kernels import kernels_markdown, selected_kernels
 from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
 from kcal.publish.tables import comparison_counts, write_tables
-from kcal.publish.tradeoff import copy_paths, read_paths, tradeoff_blocks
+from kcal.publish.tradeoff import best_points, copy_paths, path_counts, read_paths, tradeoff_blocks
 from kcal.publish.trials import read_trials, trial_rows, write_trials
 from kcal.publish.worker_count import workers_blocks
 from kcal.sweep.search import REG_SHARE_KEYS
@@ -308,6 +309,12 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     summaries = claim_summaries(results, others)
     classes = cell_classes(results, spread)
     kernels = selected_kernels(runs_studies(data))
+    paths = path_counts(best_points(read_paths(data)))
+    generated["answer:first"] = "\n".join(
+        [f"**In short** (kcal's rules, on the {results['dataset'].nunique()} datasets of the paper it ran; *exact*: the "
+         "paper's definitions, *official*: the authors' code's, on the same predictions):"]
+        + first_lines(summaries, kernels, paths, "claims.md")
+    )  # fmt: skip
     generated["answer:claims"] = claims_table(summaries)
     generated["answer:cells"] = cells_table(classes)
     generated["answer:why"] = why_sentences(kernels)
@@ -328,7 +335,7 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     def filled(document: Path, fresh: str) -> str:
         link = Path(os.path.relpath(dest.resolve() / RESULTS_DOCUMENT, document.resolve().parent)).as_posix()
         text = document.read_text(encoding="utf-8") if document.is_file() else fresh
-        return fill(text, {**generated, "readme": readme_summary(summaries, classes, kernels, link)})
+        return fill(text, {**generated, "readme": readme_summary(summaries, classes, kernels, link, paths)})
 
     inside, outside = documents(dest)
     for document in inside:

@@ -436,22 +436,38 @@ def helped_text(b: Best, record: dict | None) -> str:
     )
 
 
+@dataclass(frozen=True)
+class PathCounts:
+    """The paths' answer in numbers: paths (and calibration metrics), datasets, those that lower the calibration
+    error beyond 2 SE at no significant cost, of those where post-hoc recalibration alone is as good, and where
+    the regulariser improves on post-hoc recalibration alone."""
+
+    paths: int
+    datasets: int
+    gained: int
+    alone: int
+    complement: int
+
+
+def path_counts(bests: list[Best]) -> PathCounts:
+    gained = [b for b in bests if b.gained]
+    return PathCounts(len(bests), len({b.dataset for b in bests}), len(gained),
+                      sum(b.posthoc_alone != V.WORSE for b in gained), sum(b.vs_posthoc == V.BETTER for b in gained))  # fmt: skip
+
+
 def answer(paths: pd.DataFrame, records: dict[tuple[str, str], dict], datasets: list[str]) -> str:
     """The practitioner's answer: per dataset where a regulariser helps, by how much, at what λ and bandwidth, and
     where post-hoc recalibration alone is as good; then the ``datasets`` not yet run."""
     bests = best_points(paths)
     ws = winners(bests)
-    gained = [b for b in bests if b.gained]
     lines = []
     if bests:
-        alone = [b for b in gained if b.posthoc_alone != V.WORSE]
-        complement = [b for b in gained if b.vs_posthoc == V.BETTER]
-        n = len({b.dataset for b in bests})
-        lines += [f"Over {len(bests)} paths and calibration metrics on {n} dataset{'s' if n > 1 else ''}, "
-                  f"{len(gained)} lower the calibration error beyond 2 SE at no significant cost. Post-hoc "
-                  f"recalibration alone is as good as or better than the regulariser alone in {len(alone)} of "
-                  f"those {len(gained)}; the regulariser improves on post-hoc recalibration alone (λ* + post-hoc "
-                  f"better than post-hoc alone) in {len(complement)}.", ""]  # fmt: skip
+        c = path_counts(bests)
+        lines += [f"Over {c.paths} paths and calibration metrics on {c.datasets} dataset{'s' if c.datasets > 1 else ''}, "
+                  f"{c.gained} lower the calibration error beyond 2 SE at no significant cost. Post-hoc "
+                  f"recalibration alone is as good as or better than the regulariser alone in {c.alone} of "
+                  f"those {c.gained}; the regulariser improves on post-hoc recalibration alone (λ* + post-hoc "
+                  f"better than post-hoc alone) in {c.complement}.", ""]  # fmt: skip
     for dataset in [d for d in datasets if d in {b.dataset for b in bests}]:
         rows = [b for b in bests if b.dataset == dataset]
         parts = [helped_text(b, records.get((dataset, b.objective))) for b in rows]

@@ -1,5 +1,7 @@
-"""Better, indistinguishable or worse: the outcome of comparing two rows of a table on one dataset, and a
-claim's verdict from its outcomes over datasets. The rules were fixed here before any number was read.
+"""The outcome of comparing two rows of a table on one dataset, and a claim's verdict from its outcomes over
+datasets. Two sets of rules live here: the seed-SE rule of better / indistinguishable / worse (below; the
+worker-count and equivalence studies still use it), and the claims' rules with margins, equivalence and the
+paper's effect excluded (**A claim's comparison**, further below), fixed before they were run on our numbers.
 
 **One comparison.** Row A (a claim's row) against row B, on one metric and one dataset:
 ``d = s (mean_A - mean_B)`` with ``s = +1`` where lower is better and ``s = -1`` where higher is better, so
@@ -36,12 +38,41 @@ are *open*. With h holding, f failing and o = n - h - f open:
 * quantifier ``most`` ("on most datasets"): **supported** when h > n / 2; **not supported** when
   h + o <= n / 2 (not a majority even if every open dataset held); **undecided** otherwise;
 * n = 0: **not evaluated**.
+
+**A claim's comparison** (:mod:`kcal.publish.claims`). The same signed difference ``d`` (``d < 0``: the
+claim's row better), now with its standard error ``se`` and degrees of freedom (:class:`Interval`), and a
+*margin* ``δ`` per metric, a difference a reader would not care about (:func:`margin_from_gains`: half the
+median of the paper's own claimed gains in that metric, from the paper's numbers alone, so it is fixed before
+any number of ours is read). With the 95 % interval ``[lo, hi]`` and the 90 % interval ``[lo90, hi90]``:
+
+* **better** when ``hi < 0``; **worse** when ``lo > 0``; **equivalent** when ``-δ < lo90`` and ``hi90 < δ``
+  (two one-sided 5 % tests at ``δ``); **inconclusive** otherwise.
+
+For a claim of direction ``better`` the comparison *holds* when better, is *contradicted* when worse, and has
+*the paper's effect excluded* when the paper's own difference on that dataset is a gain (``d_paper < 0``)
+that lies below our interval (``d_paper < lo``): our data rule out a gain as large as the paper's. For
+``not worse`` ("comparable or better", a non-inferiority test at ``δ``): it holds when ``hi90 < δ`` and is
+contradicted when ``lo90 > δ`` (worse by more than the margin). Anything else is *open*.
+
+**Against several rows**: holds when every comparison holds; contradicted when one is; the paper's effect
+excluded when one is (and none contradicted); else open.
+
+**A claim's verdict** over its n datasets: with ``every``, **supported** when it holds on all n,
+**contradicted** when it is contradicted on one, **not reproduced: the paper's effect excluded** when the
+paper's effect is excluded on one, else **inconclusive**. With ``most``: **supported** when it holds on more
+than n/2; when it cannot (holding plus open datasets <= n/2), **contradicted** if it is contradicted on at
+least n/2, else **not reproduced: the paper's effect excluded**; else **inconclusive**.
+
+**The power beside each**: the minimum detectable effect at 80 % power of a two-sided 5 % test,
+``(q_0.975 + q_0.80) se`` (:meth:`Interval.mde`), and the runs of the protocol that would detect the paper's
+difference with that power (:func:`runs_needed`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 BETTER, INDISTINGUISHABLE, WORSE = "better", "indistinguishable", "worse"
 OUTCOMES = (BETTER, INDISTINGUISHABLE, WORSE)
@@ -145,3 +176,141 @@ def verdict(held: int, failed: int, n: int, quantifier: str) -> str:
     if held > n / 2:
         return SUPPORTED
     return NOT_SUPPORTED if held + open_ <= n / 2 else UNDECIDED
+
+
+# --------------------------------------------------------------------------------------------------
+# The claims' rules: margins, equivalence, the paper's effect excluded
+
+EQUIVALENT, INCONCLUSIVE = "equivalent", "inconclusive"
+CLAIM_OUTCOMES = (BETTER, EQUIVALENT, WORSE, INCONCLUSIVE)
+HOLDS, CONTRADICTED, EXCLUDED, OPEN = "holds", "contradicted", "the paper's effect excluded", "open"
+STATUSES = (HOLDS, CONTRADICTED, EXCLUDED, OPEN)
+NOT_REPRODUCED = "not reproduced: the paper's effect excluded"
+CLAIM_VERDICTS = (SUPPORTED, NOT_REPRODUCED, CONTRADICTED, INCONCLUSIVE, NOT_EVALUATED)
+POWER = 0.80
+"""Power at which the minimum detectable effect and the runs needed are stated."""
+MAX_RUNS = 1000
+""":func:`runs_needed` gives up beyond this many runs."""
+
+
+def quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``math.inf``: the standard normal)."""
+    from scipy.stats import norm, t
+
+    return float(norm.ppf(p)) if math.isinf(df) else float(t.ppf(p, df))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A signed difference ``diff`` (negative: the claim's row better), its standard error ``se`` and the
+    degrees of freedom of its t statistic (``math.inf``: normal, seed SEs alone)."""
+
+    diff: float
+    se: float
+    df: float = math.inf
+
+    def ci(self, level: float = LEVEL) -> tuple[float, float]:
+        """The two-sided ``level`` interval ``diff ± q se``."""
+        half = quantile(0.5 + level / 2, self.df) * self.se
+        return self.diff - half, self.diff + half
+
+    def mde(self, power: float = POWER, level: float = LEVEL) -> float:
+        """The smallest true difference a two-sided ``level`` test detects with probability ``power``:
+        ``(q_{(1 + level)/2} + q_power) se``."""
+        return (quantile(0.5 + level / 2, self.df) + quantile(power, self.df)) * self.se
+
+
+def compare(iv: Interval, margin: float) -> str:
+    """*better* / *worse* / *equivalent* / *inconclusive* (the rules above) of ``iv`` at margin ``margin``."""
+    lo, hi = iv.ci(LEVEL)
+    lo90, hi90 = iv.ci(2 * LEVEL - 1)
+    if hi < -_EPS:
+        return BETTER
+    if lo > _EPS:
+        return WORSE
+    if -margin < lo90 and hi90 < margin:
+        return EQUIVALENT
+    return INCONCLUSIVE
+
+
+def status(direction: str, iv: Interval, margin: float, paper_diff: float | None) -> str:
+    """Whether one comparison *holds*, is *contradicted*, has the paper's effect *excluded*, or is *open*
+    (the rules above); ``paper_diff`` is the paper's own signed difference there (None: not known)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction!r}; valid: {', '.join(DIRECTIONS)}")
+    lo, hi = iv.ci(LEVEL)
+    if direction == "not worse":
+        lo90, hi90 = iv.ci(2 * LEVEL - 1)
+        return HOLDS if hi90 < margin else (CONTRADICTED if lo90 > margin else OPEN)
+    outcome_ = compare(iv, margin)
+    if outcome_ == BETTER:
+        return HOLDS
+    if outcome_ == WORSE:
+        return CONTRADICTED
+    if paper_diff is not None and not math.isnan(paper_diff) and paper_diff < 0 and paper_diff < lo - _EPS:
+        return EXCLUDED
+    return OPEN
+
+
+def combine_status(statuses: Iterable[str]) -> str:
+    """One dataset's status against several compared rows (the rules above)."""
+    found = list(statuses)
+    if not found:
+        raise ValueError("combine_status needs at least one status")
+    if CONTRADICTED in found:
+        return CONTRADICTED
+    if EXCLUDED in found:
+        return EXCLUDED
+    return HOLDS if all(s == HOLDS for s in found) else OPEN
+
+
+def claim_verdict(statuses: Sequence[str], quantifier: str) -> str:
+    """The claim's verdict from its datasets' statuses (the rules above)."""
+    if quantifier not in QUANTIFIERS:
+        raise ValueError(f"unknown quantifier {quantifier!r}; valid: {', '.join(QUANTIFIERS)}")
+    unknown = set(statuses) - set(STATUSES)
+    if unknown:
+        raise ValueError(f"unknown status {sorted(unknown)}; valid: {', '.join(STATUSES)}")
+    n = len(statuses)
+    if n == 0:
+        return NOT_EVALUATED
+    held, contradicted = statuses.count(HOLDS), statuses.count(CONTRADICTED)
+    excluded, open_ = statuses.count(EXCLUDED), statuses.count(OPEN)
+    if quantifier == "every":
+        if held == n:
+            return SUPPORTED
+        return CONTRADICTED if contradicted else (NOT_REPRODUCED if excluded else INCONCLUSIVE)
+    if held > n / 2:
+        return SUPPORTED
+    if held + open_ <= n / 2:
+        return CONTRADICTED if contradicted >= n / 2 else NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def runs_needed(sd_run: float, effect: float, power: float = POWER, level: float = LEVEL) -> int | None:
+    """The fewest runs R >= 2 of the protocol whose t test over runs (per-run SD ``sd_run``) detects a true
+    difference ``effect`` with probability ``power``: ``(t_{R-1,(1+level)/2} + t_{R-1,power}) sd / sqrt(R)
+    <= |effect|``; None when more than :data:`MAX_RUNS` would be needed or ``effect`` is 0."""
+    if not effect or math.isnan(effect) or math.isnan(sd_run):
+        return None
+    if sd_run <= 0:
+        return 2
+    for r in range(2, MAX_RUNS + 1):
+        if (quantile(0.5 + level / 2, r - 1) + quantile(power, r - 1)) * sd_run / math.sqrt(r) <= abs(effect):
+            return r
+    return None
+
+
+def median_gain(gains: Sequence[float]) -> float:
+    """The median of the positive, finite ``gains`` (NaN without one)."""
+    import statistics
+
+    found = [g for g in gains if g > 0 and not math.isnan(g)]
+    return float(statistics.median(found)) if found else math.nan
+
+
+def margin_from_gains(gains: Sequence[float]) -> float:
+    """A metric's margin: half the median of the paper's claimed gains (:func:`median_gain`), rounded to one
+    significant digit; NaN without gains."""
+    median = median_gain(gains)
+    return math.nan if math.isnan(median) else float(f"{median / 2:.1g}")
