@@ -559,3 +559,19 @@ def test_validate_args_false_makes_no_host_sync_on_the_training_path(key, no_hos
     TRAINING_CALLS[key]()  # no HostSync: no value check ran
     with pytest.raises(HostSync):  # and the fixture does catch the value checks' synchronisation
         M.nll((MEAN, STD), Y)
+
+
+def test_a_forecast_object_is_taken_as_built_and_the_gaussian_functions_check_its_parameters():
+    """A Normal is checked by torch when built; one built with validate_args=False (the run's evaluation and
+    per-epoch diagnostics score outputs so, whatever they hold) passes pit/nll/qce/dce, which check y;
+    the functions with a Gaussian closed form check mean and std whatever holds them."""
+    with pytest.raises(ValueError, match="loc"):
+        torch.distributions.Normal(_poke(MEAN, float("nan")), STD)  # torch's own check, at construction
+    opted_out = torch.distributions.Normal(_poke(MEAN, float("nan")), STD, validate_args=False)
+    for fn in (M.pit, M.nll, M.qce, M.dce):
+        fn(opted_out, Y)  # taken as built: NaN comes of it, as the maker asked
+        with pytest.raises(ValueError, match="^y holds NaN"):
+            fn(opted_out, _poke(Y, float("nan")))
+    for call in (lambda: M.crps(opted_out, Y), lambda: D.regression_mmd(opted_out, Y, X, **BW)):
+        with pytest.raises(ValueError, match="^mean holds NaN"):
+            call()

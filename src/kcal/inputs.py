@@ -14,7 +14,7 @@ refuse bad input with the same one-line messages:
 * :func:`gaussian_params` — ``(mean, std)`` of a Gaussian forecast given as a pair or a ``Normal``;
   :func:`checked_gaussian` — the same, as float tensors with their values checked;
 * :func:`as_forecast` — any forecast object with ``cdf``/``log_prob``/``icdf`` (a pair becomes a
-  ``Normal``; the parameters of a pair or a ``Normal`` are checked as :func:`checked_gaussian` does);
+  ``Normal``, its parameters checked as :func:`checked_gaussian` does; an object is taken as built);
   :func:`checked_forecast` — a forecast with its labels ``y``, one per row;
 * :func:`reject_former_order` — the one rule for calls in the former order ``f(mean, std, y)``: a
   one-line ``TypeError`` saying to pass ``(mean, std)`` as one forecast;
@@ -30,7 +30,9 @@ The rules every public function follows through these helpers:
   rows than the prediction raises ``ValueError("x has 10 rows, labels has 12: ...")``;
 * values that need the data on the host (NaN, infinities, std > 0, probability sums, label range) are
   checked only when ``validate_args`` is true (the default) and never inside ``torch.func`` transforms;
-  training loops pass ``validate_args=False`` to avoid a device-to-host synchronisation per step.
+  training loops pass ``validate_args=False`` to avoid a device-to-host synchronisation per step;
+* a function checks its arguments, not what it derives from them (the PIT values of ``qce``, say): the
+  arguments of a valid call give finite intermediates, and a forecast object is its maker's.
 
 Every refusal is a one-line ``ValueError`` that starts with the argument's name.
 """
@@ -271,16 +273,15 @@ def as_forecast(forecast, caller: str = "this function", *, validate_args: bool 
     A forecast is anything with ``cdf(y)``, ``log_prob(y)`` and ``icdf(u)`` acting elementwise on
     ``(n,)`` tensors: ``torch.distributions.Normal``, a recalibrated forecast, ... A bare tensor is the
     former argument order and raises :func:`reject_former_order`'s ``TypeError``. The parameters of a
-    pair or a ``Normal`` are checked as :func:`checked_gaussian` checks them (values when
-    ``validate_args``); another forecast object's values are its own (the caller checks what it returns).
+    pair are checked as :func:`checked_gaussian` checks them (values when ``validate_args``). A forecast
+    object, a ``Normal`` included, is taken as built: torch checks a ``Normal``'s parameters when it is
+    built (NaN loc, scale <= 0) unless it was built with ``validate_args=False``, which is how the run's
+    evaluation and diagnostics score outputs whatever they hold.
     """
     reject_former_order(forecast, caller)
     if isinstance(forecast, (tuple, list)):
         mean, std = checked_gaussian(forecast, caller, validate_args=validate_args, vector=False)
         return torch.distributions.Normal(mean, std, validate_args=False)
-    if isinstance(forecast, torch.distributions.Normal):
-        checked_gaussian(forecast, caller, validate_args=validate_args, vector=False)
-        return forecast
     for meth in ("cdf", "log_prob", "icdf"):
         if not callable(getattr(forecast, meth, None)):
             raise TypeError(

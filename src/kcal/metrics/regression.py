@@ -20,8 +20,11 @@ Conventions
   code).
 * Inputs are checked by :mod:`kcal.inputs`: integer tensors are converted to floats, lengths always
   checked, and with ``validate_args=True`` (the default) NaN or infinite values and a std <= 0 raise a
-  one-line ``ValueError`` naming the argument (one host synchronisation). A forecast object other than a
-  pair or a ``Normal`` is checked through what it returns (the PIT values of :func:`qce`).
+  one-line ``ValueError`` naming the argument (one host synchronisation). The functions that take any
+  forecast object (:func:`nll`, :func:`pit`, :func:`qce`, :func:`dce`) check a ``(mean, std)`` pair's
+  parameters and take an object as built (torch checks a ``Normal``'s when it is built, unless told
+  ``validate_args=False``); the Gaussian ones (:func:`crps`, :func:`sharpness`, :func:`gaussian_nll`)
+  check ``mean`` and ``std`` whatever holds them. What a function derives (PIT values) is not re-checked.
   :func:`gaussian_nll`, the training loss, checks values only when asked (``validate_args=False`` by
   default): the training loop calls it every step and reads a NaN as divergence.
 """
@@ -183,7 +186,7 @@ def qce_binned(pit_values, n_bins: int = 20, *, validate_args: bool = True) -> T
 def qce(forecast, y, n_bins: int = 20, *, validate_args: bool = True) -> Tensor:
     """:func:`qce_binned` of the forecast's PIT values: ``qce_binned(pit(forecast, y), n_bins)``."""
     u = pit(forecast, y, validate_args=validate_args)
-    return qce_binned(u, n_bins, validate_args=validate_args)
+    return qce_binned(u, n_bins, validate_args=False)  # derived from checked arguments
 
 
 def qce_ecdf(pit_values, p: int = 1, *, validate_args: bool = True) -> Tensor:
@@ -257,7 +260,7 @@ def dce(forecast, y, threshold: float = 0.0, *, validate_args: bool = True) -> T
     f, y = checked_forecast(forecast, y, "dce", validate_args=validate_args)
     c = torch.full_like(y, check_finite("threshold", threshold))
     prob_above = 1.0 - f.cdf(c)
-    return decision_calibration_error(prob_above, y, threshold, validate_args=validate_args)
+    return decision_calibration_error(prob_above, y, threshold, validate_args=False)  # y checked above
 
 
 def dce_sampled(samples, y, threshold: float = 0.0, *, validate_args: bool = True) -> Tensor:

@@ -136,9 +136,7 @@ class QuantileCalibrationError(_CalibrationMetric):
         self.add_state("counts", default=torch.zeros(n_bins, dtype=_F64), dist_reduce_fx="sum")
 
     def update(self, forecast, y, x=None) -> None:
-        u = pit(forecast, y, validate_args=self.validate_args).detach()
-        check_values(("pit", u), validate_args=self.validate_args)
-        u = u.clamp(0.0, 1.0)
+        u = pit(forecast, y, validate_args=self.validate_args).detach().clamp(0.0, 1.0)
         idx = torch.floor(u * self.n_bins).long().clamp_(0, self.n_bins - 1)
         self.counts += torch.bincount(idx, minlength=self.n_bins).to(self.counts)
 
