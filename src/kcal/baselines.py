@@ -9,7 +9,11 @@
 
 Inputs: ``probs`` ``(n, m)`` class probabilities (numpy or torch; logits are refused, pass
 ``softmax(logits, -1)``) and ``labels`` ``(n,)`` integer classes, checked by :func:`kcal.inputs.check_probs`
-(``validate_args=False`` skips the value checks and their host synchronisation in a training loop).
+(``validate_args=False`` skips the value checks and their host synchronisation in a training loop): NaN,
+infinite or out-of-range values raise a one-line ``ValueError`` naming the argument, and so do labels of
+another length than the rows. The numeric primitives ``dirichlet_log_kernel``, ``loo_log_likelihood`` and
+``logsumexp_truncated`` check shapes only (``-inf`` is a meaningful input of the last); the functions that
+take a batch of probabilities check it.
 
 Both return scalar tensors differentiable w.r.t. ``probs``. ``mmce_stacked`` and ``ece_kde_stacked`` are ``mmce``
 and ``ece_kde`` of K batches at once (``(K, n, m)`` probabilities, a stack of seed reruns), without a host
@@ -294,7 +298,11 @@ def loo_log_likelihood(probs: Tensor, grid: Tensor | Sequence[float], authors: b
 
 
 def select_bandwidth(
-    probs: Tensor, grid: Tensor | Sequence[float] | None = None, fallback: str = "none"
+    probs: Tensor,
+    grid: Tensor | Sequence[float] | None = None,
+    fallback: str = "none",
+    *,
+    validate_args: bool = True,
 ) -> float:
     """Choose the ECE-KDE bandwidth by leave-one-out likelihood over a grid (computed under no_grad).
 
@@ -304,30 +312,43 @@ def select_bandwidth(
       (``authors=True``, with the extra ``-log h``), only candidates with LOO log-likelihood ``> 0`` are
       accepted (the strict ``>`` running maximum starting at 0, so the first maximiser wins), and if none
       qualifies the result is ``max(-1, 1e-5) = 1e-5``.
+
+    ``probs`` ``(n, m)`` are checked as :func:`kcal.inputs.check_probs` checks them.
     """
-    grid_t, ll = _loo_scores(probs, grid, fallback)
+    grid_t, ll = _loo_scores(probs, grid, fallback, validate_args)
     if fallback == "authors" and not bool((ll > 0).any()):
         return 1e-5
     return float(grid_t[int(torch.argmax(ll))])
 
 
 def select_bandwidths(
-    probs: Tensor, grid: Tensor | Sequence[float] | None = None, fallback: str = "none"
+    probs: Tensor,
+    grid: Tensor | Sequence[float] | None = None,
+    fallback: str = "none",
+    *,
+    validate_args: bool = True,
 ) -> Tensor:
     """:func:`select_bandwidth` of each batch of ``probs`` ``(..., n, m)`` at once, shape ``(...)``, in the dtype of
-    ``probs`` (the authors' fallback ``1e-5`` too) and, with the default grid, without a host synchronisation."""
-    grid_t, ll = _loo_scores(probs, grid, fallback)
+    ``probs`` (the authors' fallback ``1e-5`` too) and, with the default grid and ``validate_args=False``, without
+    a host synchronisation."""
+    grid_t, ll = _loo_scores(probs, grid, fallback, validate_args)
     best = grid_t[ll.argmax(-1)]
     if fallback == "authors":
         best = torch.where((ll > 0).any(-1), best, best.new_tensor(1e-5))
     return best
 
 
-def _loo_scores(probs: Tensor, grid: Tensor | Sequence[float] | None, fallback: str) -> tuple[Tensor, Tensor]:
+def _loo_scores(
+    probs: Tensor, grid: Tensor | Sequence[float] | None, fallback: str, validate_args: bool
+) -> tuple[Tensor, Tensor]:
     """The checked grid and the selector's scores ``(..., H)`` (NaN as ``-inf``), under no_grad."""
     if fallback not in ("none", "authors"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: ['authors', 'none']")
     probs = torch.as_tensor(probs)
+    if probs.ndim < 2:
+        raise ValueError(f"probs must have shape (..., n, m), got {tuple(probs.shape)}")
+    if validate_args:
+        check_probs(probs.reshape(-1, probs.shape[-1]), validate_args=True)
     if grid is None:
         grid_t = default_bandwidth_grid(dtype=probs.dtype, device=probs.device)
     else:
@@ -381,7 +402,9 @@ def ece_kde(
     probs, labels = check_probs(probs, labels, validate_args=validate_args)
     p = _checked_p(flavour, probs.shape[0], p)
     if bandwidth is None:
-        bandwidth = select_bandwidth(probs, bandwidth_grid, "authors" if flavour == "authors" else "none")
+        bandwidth = select_bandwidth(
+            probs, bandwidth_grid, "authors" if flavour == "authors" else "none", validate_args=False
+        )
     else:
         bandwidth = check_positive("bandwidth", bandwidth)
     return _row_errors(probs, labels, p, bandwidth, flavour).mean()
@@ -406,7 +429,9 @@ def ece_kde_stacked(
     k, n, _ = probs.shape
     p = _checked_p(flavour, n, p)
     if bandwidth is None:
-        bandwidth = select_bandwidths(probs, bandwidth_grid, "authors" if flavour == "authors" else "none")
+        bandwidth = select_bandwidths(
+            probs, bandwidth_grid, "authors" if flavour == "authors" else "none", validate_args=False
+        )
     else:
         bandwidth = torch.full(
             (k,), check_positive("bandwidth", bandwidth), dtype=probs.dtype, device=probs.device

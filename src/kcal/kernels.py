@@ -23,6 +23,13 @@ Kernel Calibration Metrics" (NeurIPS 2023):
 Data-driven bandwidths: ``median_heuristic(a, kernel)`` is the median pairwise distance of a batch in the
 kernel's own convention (squared Euclidean for ``rbf``, L1 for ``laplacian``); ``kernel_report`` says
 whether a bandwidth makes a kernel numerically degenerate on a batch (the identity, or all ones).
+
+Checks: parameters (bandwidths, scales, thresholds) are checked when a kernel is called or bound. The
+Gram-matrix kernels check shapes only and let values through as torch's elementwise functions do (a NaN
+row gives a NaN row): they run inside every estimator's step, whose caller checks the data once
+(:mod:`kcal.inputs`). The functions that reduce a batch to a number, :func:`median_heuristic` and
+:func:`kernel_report`, refuse NaN or infinite rows with a one-line ``ValueError`` when ``validate_args``
+(the default; they synchronise with the host anyway).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from kcal.inputs import as_float, check_values
 
 __all__ = [
     "KERNELS",
@@ -278,7 +287,9 @@ def _pairwise(a: Tensor, kernel: str, max_rows: int = MEDIAN_MAX_ROWS) -> Tensor
     return d[:, off].reshape(-1)
 
 
-def median_heuristic(a: Tensor, kernel: str = "rbf", max_rows: int = MEDIAN_MAX_ROWS) -> float:
+def median_heuristic(
+    a: Tensor, kernel: str = "rbf", max_rows: int = MEDIAN_MAX_ROWS, *, validate_args: bool = True
+) -> float:
     """The median heuristic bandwidth of ``kernel`` on the rows of ``a`` (``(n,)`` or ``(..., n, d)``).
 
     ``rbf`` (``exp(-||u - v||^2 / bandwidth)``): the median over pairs ``i != j`` of ``||a_i - a_j||^2``,
@@ -290,11 +301,13 @@ def median_heuristic(a: Tensor, kernel: str = "rbf", max_rows: int = MEDIAN_MAX_
     (default ``MEDIAN_MAX_ROWS``). The same function resolves the configs' ``bandwidth_z: median`` over the
     training split and the evaluation KCE's bandwidth. When over half the pairs are equal
     rows (a discrete variable), the median is 0 and the mean of the non-zero distances is used instead;
-    when all rows are equal, 1.0.
+    when all rows are equal, 1.0. NaN or infinite rows are refused when ``validate_args`` (with it off they
+    drop out of the non-zero mean, a number that means nothing: the training step's risk).
     """
     key = kernel_key(kernel)
     if key not in BANDWIDTH_KERNELS:
         raise ValueError(f"the median heuristic applies to {list(BANDWIDTH_KERNELS)}, not {key!r}")
+    check_values(("a", as_float(a, "a")), validate_args=validate_args)
     d = _pairwise(a, key, max_rows)
     if d.numel() == 0:
         raise ValueError("the median heuristic needs at least 2 rows")
@@ -305,18 +318,23 @@ def median_heuristic(a: Tensor, kernel: str = "rbf", max_rows: int = MEDIAN_MAX_
     return float(nonzero.mean()) if nonzero.numel() else 1.0
 
 
-def kernel_report(a: Tensor, bandwidth: float, kernel: str = "rbf") -> str | None:
+def kernel_report(
+    a: Tensor, bandwidth: float, kernel: str = "rbf", *, validate_args: bool = True
+) -> str | None:
     """``None`` when ``kernel`` with ``bandwidth`` separates the rows of ``a``, else a one-line diagnosis.
 
     Degenerate means (see ``DEGENERATE_OFFDIAG``) a mean off-diagonal Gram entry below 1e-6 (numerically
     the identity: the bandwidth is far below the distances between rows) or every off-diagonal entry
     within 1e-6 of 1 (numerically all ones: the bandwidth is far above them). The message gives the
     bandwidth, the batch's median distance and the bandwidth the median heuristic would use. One host
-    synchronisation; ``kernel`` must be ``rbf`` or ``laplacian``.
+    synchronisation; ``kernel`` must be ``rbf`` or ``laplacian``; NaN or infinite rows of ``a`` are refused
+    when ``validate_args``.
     """
     key = kernel_key(kernel)
     if key not in BANDWIDTH_KERNELS:
         return None
+    bandwidth = check_positive("bandwidth", bandwidth)
+    check_values(("a", as_float(a, "a")), validate_args=validate_args)
     d = _pairwise(a, key)
     if d.numel() == 0:
         return None
@@ -332,7 +350,7 @@ def kernel_report(a: Tensor, bandwidth: float, kernel: str = "rbf") -> str | Non
     )
     return (
         f"the {key} kernel with bandwidth {float(bandwidth):.4g} is {state} on a batch of "
-        f"{as_points(a).shape[-2]} rows: their median {what} is {median_heuristic(a, key):.4g}, which is "
+        f"{as_points(a).shape[-2]} rows: their median {what} is {median_heuristic(a, key, validate_args=False):.4g}, which is "
         f"the bandwidth the median heuristic would use (leave the bandwidth unset to use it)"
     )
 

@@ -144,3 +144,63 @@ def test_a_second_load_reads_the_processed_cache(monkeypatch):
     ds = load("blog")
     assert ds.info.n_used == 52397
     assert calls == [], "the cached blog load parsed the raw files again"
+
+
+@pytest.fixture
+def tmp_cache(tmp_path, monkeypatch):
+    """The real mirror and an empty processed cache under tmp_path; returns the processed cache dir."""
+    monkeypatch.setenv("KCAL_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "processed"
+
+
+def rewrite_cache(path, **changes):
+    with np.load(path) as npz:
+        fields = {k: npz[k] for k in npz.files}
+    np.savez(path, **(fields | changes))
+
+
+@pytest.mark.skipif(not mirror_has("breast-cancer"), reason="breast-cancer not available offline")
+@pytest.mark.parametrize("fault", ["nan", "edited", "other key", "old format"])
+def test_a_cache_file_that_does_not_verify_is_rebuilt_with_a_line_naming_it(tmp_cache, capsys, fault):
+    from kcal.data import dataset
+
+    first = load("breast-cancer")
+    (path,) = tmp_cache.glob("breast-cancer-*.npz")
+    with np.load(path) as npz:
+        x, y, n_raw = npz["x"].copy(), npz["y"], int(npz["n_raw"])
+    if fault == "nan":  # NaN features under a digest that matches them: only the finite check catches it
+        x[:] = np.nan
+        rewrite_cache(path, x=x, digest=dataset.arrays_digest(x, y, n_raw))
+    elif fault == "edited":  # one value changed after the digest was written
+        x[3, 4] += 1.0
+        rewrite_cache(path, x=x)
+    elif fault == "other key":
+        rewrite_cache(path, key="0" * 20)
+    else:  # a file of PARSE_VERSION 1: no key, no digest
+        np.savez(path, x=x, y=y, n_raw=n_raw)
+    capsys.readouterr()
+    again = load("breast-cancer")
+    err = capsys.readouterr().err
+    assert f"rebuilding the processed cache {path}" in err and len(err.strip().splitlines()) == 1
+    assert torch.equal(again.train.x, first.train.x) and torch.equal(again.test.y, first.test.y)
+    assert load("breast-cancer") and capsys.readouterr().err == ""  # rebuilt: verifies from now on
+
+
+@pytest.mark.skipif(not mirror_has("breast-cancer"), reason="breast-cancer not available offline")
+def test_a_parse_that_gives_nan_is_refused_naming_the_dataset(tmp_cache, monkeypatch):
+    from kcal.data import dataset
+
+    key = dataset.get_spec("breast-cancer").parser
+    real = dataset.PARSERS[key]
+
+    def nan_parser(files):
+        x, y, n_raw = real(files)
+        x = x.copy()
+        x[7, 0] = np.nan
+        return x, y, n_raw
+
+    monkeypatch.setitem(dataset.PARSERS, key, nan_parser)
+    with pytest.raises(dataset.ParsedDataError, match=r"parsing breast-cancer from .*wdbc.data gave NaN or "
+                                                      r"infinite features \(row 7\)"):  # fmt: skip
+        load("breast-cancer")
+    assert not list(tmp_cache.glob("*.npz"))  # nothing cached

@@ -1,22 +1,37 @@
-"""``load(name, protocol, seed)``: verified raw files -> cached parse -> normalised tensor splits."""
+"""``load(name, protocol, seed)``: verified raw files -> cached parse -> normalised tensor splits.
+
+The processed cache (``<cache>/processed/<name>-<key>.npz``, the key a digest of the raw files' digests and
+``PARSE_VERSION``) is trusted only when it verifies: it records its key and a sha256 of its arrays, and its
+arrays are finite. A cache file that fails any of these (edited, copied from another version, truncated, or
+holding NaN) is rebuilt from the raw files with one line on stderr naming it. A parse that itself gives NaN or
+infinite values raises :class:`ParsedDataError` naming the dataset and its raw files (it would train to
+"diverged" without a word).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from kcal.core.errors import DataError
 from kcal.data.parsers import PARSERS
 from kcal.data.preprocessing import fit_normalisation, protocol_of
 from kcal.data.registry import get_spec
 from kcal.data.sources import cache_dir, locate
 from kcal.data.splits import split_indices
 
-PARSE_VERSION = 1  # bump when a parser changes its output
+# bump when a parser or the cache file's format changes (2: the file records its key and its arrays' digest)
+PARSE_VERSION = 2
+
+
+class ParsedDataError(DataError):
+    """Parsing a dataset's verified raw files gave NaN or infinite values."""
 
 
 @dataclass(frozen=True)
@@ -65,18 +80,67 @@ def parsed_arrays(name: str, download: bool) -> tuple[np.ndarray, np.ndarray, in
     path = cache_dir() / "processed" / f"{name}-{key}.npz"
     sources = {k: f"{v.origin}:{v.path}" for k, v in found.items()}
     if path.is_file():
-        try:
-            with np.load(path) as npz:
-                return npz["x"], npz["y"], int(npz["n_raw"]), sources
-        except Exception:  # corrupt cache entry: rebuild it below
-            path.unlink(missing_ok=True)
+        cached, fault = read_cache(path, key)
+        if cached is not None:
+            return (*cached, sources)
+        print(
+            f"kcal data: rebuilding the processed cache {path} from the raw files: {fault}", file=sys.stderr
+        )
+        path.unlink(missing_ok=True)
     x, y, n_raw = PARSERS[spec.parser]({k: v.path for k, v in found.items()})
+    fault = non_finite(x, y)
+    if fault:
+        raise ParsedDataError(
+            f"parsing {name} from {', '.join(str(v.path) for v in found.values())} gave {fault}: the raw files "
+            "are not what the parser expects (replace them with the originals) or the parser is wrong"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
     os.close(fd)
-    np.savez(tmp, x=x, y=y, n_raw=n_raw)
+    np.savez(tmp, x=x, y=y, n_raw=n_raw, key=key, digest=arrays_digest(x, y, n_raw))
     os.replace(tmp, path)
     return x, y, n_raw, sources
+
+
+def arrays_digest(x: np.ndarray, y: np.ndarray, n_raw: int) -> str:
+    """sha256 of a parse's arrays (dtypes, shapes and bytes) and raw row count: what a cache file records."""
+    h = hashlib.sha256()
+    for a in (np.ascontiguousarray(x), np.ascontiguousarray(y)):
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    h.update(str(int(n_raw)).encode())
+    return h.hexdigest()
+
+
+def non_finite(x: np.ndarray, y: np.ndarray) -> str:
+    """'' when the features ``x`` and targets ``y`` are finite, else what is not (for a message)."""
+    for what, a in (("features", x), ("targets", y)):
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            row = int(np.argwhere(~np.isfinite(a))[0][0])
+            return f"NaN or infinite {what} (row {row})"
+    return ""
+
+
+def read_cache(path, key: str) -> tuple[tuple[np.ndarray, np.ndarray, int] | None, str]:
+    """``((x, y, n_raw), "")`` from the processed cache file ``path`` when it verifies for ``key`` (the raw
+    files' key it records, the digest of its arrays, finite values), else ``(None, what is wrong)``."""
+    try:
+        with np.load(path) as npz:
+            x, y, n_raw = npz["x"], npz["y"], int(npz["n_raw"])
+            recorded_key, digest = str(npz["key"]), str(npz["digest"])
+    except Exception as exc:  # unreadable, truncated, or without the recorded key and digest
+        return (
+            None,
+            f"it cannot be read as a cache file of this version ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+        )
+    if recorded_key != key:
+        return None, f"it was written for other raw files (key {recorded_key}, these files' is {key})"
+    if arrays_digest(x, y, n_raw) != digest:
+        return None, "its arrays do not match the digest recorded with them (the file was changed)"
+    fault = non_finite(x, y)
+    if fault:
+        return None, f"it holds {fault}"
+    return (x, y, n_raw), ""
 
 
 def load(name: str, protocol: str = "official", seed: int = 0, download: bool = True) -> DatasetSplits:

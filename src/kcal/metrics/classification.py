@@ -2,7 +2,8 @@
 
 Inputs are predicted probabilities ``probs`` of shape ``(n, m)`` (rows sum to 1, e.g. a softmax
 output; logits are refused with a message) and integer labels ``labels`` of shape ``(n,)``, as numpy
-arrays or torch tensors (checked by :func:`kcal.inputs.check_probs`).  All metrics are vectorised (bincount /
+arrays or torch tensors (checked by :func:`kcal.inputs.check_probs`: with ``validate_args=True``, the
+default, NaN, infinite or out-of-range values raise a one-line ``ValueError`` naming the argument).  All metrics are vectorised (bincount /
 scatter_add, no Python loop over bins or rows) and return 0-dim torch tensors.  The official
 per-8-row-batch flavour lives in :mod:`kcal.metrics.official`.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kcal.inputs import check_probs, reject_renamed
+from kcal.inputs import as_float, check_probs, check_values, reject_renamed, same_length
 
 __all__ = [
     "accuracy",
@@ -42,9 +43,9 @@ def bin_index(values: Tensor, n_bins: int) -> Tensor:
     return (torch.bucketize(values.contiguous(), bounds, right=False) - 1).clamp_(0, n_bins - 1)
 
 
-def accuracy(probs, labels) -> Tensor:
+def accuracy(probs, labels, *, validate_args: bool = True) -> Tensor:
     """Fraction of rows whose argmax equals the label (in [0, 1])."""
-    probs, labels = check_probs(probs, labels)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
     return (probs.argmax(-1) == labels).to(probs.dtype).mean()
 
 
@@ -96,7 +97,7 @@ def binned_calibration_error(count: Tensor, csum: Tensor, hsum: Tensor, n: int |
     raise ValueError(f"norm must be 'l1', 'l2' or 'max', got {norm!r}")
 
 
-def ece(probs, labels, n_bins: int = 20, norm: str = "l1") -> Tensor:
+def ece(probs, labels, n_bins: int = 20, norm: str = "l1", *, validate_args: bool = True) -> Tensor:
     r"""Top-label expected calibration error with equal-width bins ``(lo, hi]`` on [0, 1] (:func:`bin_index`).
 
     Confidence :math:`r_i = \max_c p_{ic}`, correctness :math:`1[\arg\max_c p_{ic} = y_i]`.
@@ -108,21 +109,21 @@ def ece(probs, labels, n_bins: int = 20, norm: str = "l1") -> Tensor:
 
     Defined for any N >= 1; exact zeros in ``probs`` are harmless.
     """
-    probs, labels = check_probs(probs, labels)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
     conf, pred = probs.max(-1)
     hit = (pred == labels).to(probs.dtype)
     count, csum, hsum = binned_sums(conf, hit, n_bins)
     return binned_calibration_error(count, csum, hsum, probs.shape[0], norm)[0]
 
 
-def classwise_ece(probs, labels, n_bins: int = 20) -> Tensor:
+def classwise_ece(probs, labels, n_bins: int = 20, *, validate_args: bool = True) -> Tensor:
     r"""Class-wise ECE: mean over classes k of :math:`\sum_b \frac{n_{kb}}{N}|\mathrm{freq}_{kb} - \mathrm{prob}_{kb}|`.
 
     For class k, the probabilities :math:`p_{ik}` are binned in equal-width bins ``(lo, hi]``
     (exact 0 goes to the first bin); ``freq`` is the fraction of rows in the bin with label k
     and ``prob`` their mean :math:`p_{ik}`.
     """
-    probs, labels = check_probs(probs, labels)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
     n, m = probs.shape
     conf = probs.reshape(-1)  # row-major: element (i, k) at i*m + k
     hit = torch.nn.functional.one_hot(labels, m).to(probs.dtype).reshape(-1)
@@ -151,13 +152,13 @@ def nll_logits(logits, labels) -> Tensor:
     return torch.nn.functional.softplus(torch.logsumexp(others, -1) - z_label).mean()
 
 
-def entropy(probs) -> Tensor:
+def entropy(probs, *, validate_args: bool = True) -> Tensor:
     r"""Mean Shannon entropy :math:`\frac1N\sum_i\sum_c -p_{ic}\ln p_{ic}` in nats, with :math:`0\ln0=0`.
 
     (The official code computes ``-p*log(p)`` and returns NaN when a probability underflows to
     exactly 0; here ``torch.xlogy`` gives 0 instead.)
     """
-    probs, _ = check_probs(probs)
+    probs, _ = check_probs(probs, validate_args=validate_args)
     return (-torch.xlogy(probs, probs)).sum(-1).mean()
 
 
@@ -169,6 +170,7 @@ def kce(
     bandwidth_y: float | None = None,
     *,
     bandwidth_x: float | None = None,
+    validate_args: bool = True,
 ) -> Tensor:
     r"""Kernel calibration error: the individual-calibration MMD² U-statistic over X × Y.
 
@@ -184,19 +186,18 @@ def kce(
     The former name ``bandwidth_x`` of ``bandwidth_z`` raises a one-line ``TypeError``.
     """
     reject_renamed("bandwidth_x", "bandwidth_z", bandwidth_x)
-    probs, labels = check_probs(probs, labels)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
     if probs.shape[0] < 2:
         raise ValueError("KCE (a U-statistic over pairs i != j) needs at least 2 rows")
-    x = torch.as_tensor(x)
+    x = as_float(x, "x")
     if x.ndim == 1:
         x = x[:, None]
-    if x.shape[0] != probs.shape[0]:
-        raise ValueError(f"x must have {probs.shape[0]} rows, got {x.shape[0]}")
+    same_length(("probs", probs), ("x", x))
+    check_values(("x", x), validate_args=validate_args)
     from kcal.mmd import classification_mmd  # lazy: kcal.mmd imports kcal.inputs, not this module
 
-    return classification_mmd(
-        probs, labels, x.to(probs.dtype), form="individual", bandwidth_y=bandwidth_y, bandwidth_z=bandwidth_z
-    )
+    return classification_mmd(probs, labels, x.to(probs.dtype), form="individual", bandwidth_y=bandwidth_y,
+                              bandwidth_z=bandwidth_z, validate_args=False)  # fmt: skip
 
 
 def kce_batched(probs: Tensor, labels: Tensor, x: Tensor, bandwidth_z: float, bandwidth_y: float) -> Tensor:

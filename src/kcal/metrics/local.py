@@ -27,6 +27,10 @@ The kernel weights are normalised per query point with a softmax of :math:`-\|\p
 which equals the ratio above exactly and stays finite when every raw kernel value underflows (far
 from the data, small bandwidth). Everything is vectorised: one (q, n) weight matrix times one (n, B)
 indicator matrix.
+
+Inputs are checked by :mod:`kcal.inputs`: integer arrays become floats, every argument has one row per
+data point, and with ``validate_args=True`` (the default) NaN or infinite PITs, quantiles, labels or
+features raise a one-line ``ValueError`` naming the argument.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kcal.inputs import as_float, check_values, same_length
 from kcal.kernels import sq_dist
 
 __all__ = ["DEFAULT_LCE_LEVELS", "lce", "lce_calibrated_floor", "lce_levels", "lce_total", "local_weights"]
@@ -49,7 +54,7 @@ def lce_levels(n_levels: int = DEFAULT_LCE_LEVELS, dtype=torch.float64, device=N
 
 
 def _points(phi: Tensor, name: str, dtype) -> Tensor:
-    phi = torch.as_tensor(phi)
+    phi = as_float(phi, name)
     if phi.ndim == 1:
         phi = phi[:, None]
     if phi.ndim != 2 or phi.shape[0] == 0:
@@ -67,24 +72,26 @@ def local_weights(phi_x: Tensor, phi_query: Tensor, bandwidth: float) -> Tensor:
     return torch.softmax(sq_dist(phi_query, phi_x) / (-bandwidth), dim=-1)
 
 
-def _indicators(forecast, y, levels: Tensor, dtype) -> Tensor:
+def _indicators(forecast, y, levels: Tensor, dtype, validate_args: bool) -> Tensor:
     """``I[i, b] = 1{y_i <= Q_i^{-1}(c_b)}`` as a float ``(n, B)`` matrix."""
     if isinstance(forecast, (tuple, list)) or hasattr(forecast, "cdf"):
         if y is None:
             raise ValueError("a forecast object needs the labels y")
         from kcal.metrics.regression import pit
 
-        u = pit(forecast, torch.as_tensor(y))
+        u, name = pit(forecast, as_float(y, "y"), validate_args=validate_args), "pit"
     elif callable(forecast) and not torch.is_tensor(forecast):  # a CDF function y -> (F_i(y_i))_i
         if y is None:
             raise ValueError("a CDF function needs the labels y")
-        u = torch.as_tensor(forecast(torch.as_tensor(y)))
+        y = as_float(y, "y")
+        check_values(("y", y), validate_args=validate_args)
+        u, name = as_float(forecast(y), "forecast(y)"), "forecast(y)"
     else:
-        values = torch.as_tensor(forecast)
+        values = as_float(forecast, "forecast")
         if values.ndim == 2 and values.shape[1] == levels.shape[0] and y is not None:
-            yv = torch.as_tensor(y).reshape(-1).to(dtype)
-            if yv.shape[0] != values.shape[0]:
-                raise ValueError(f"quantiles have {values.shape[0]} rows but y has {yv.shape[0]}")
+            yv = as_float(y, "y").reshape(-1).to(dtype)
+            same_length(("quantiles", values), ("y", yv))
+            check_values(("quantiles", values), ("y", yv), validate_args=validate_args)
             return (yv[:, None] <= values.to(dtype)).to(dtype)
         if values.ndim == 2 and values.shape[1] == 1:
             values = values[:, 0]
@@ -97,8 +104,10 @@ def _indicators(forecast, y, levels: Tensor, dtype) -> Tensor:
             raise ValueError(
                 "PIT values already include the labels: pass y=None (or quantiles of shape (n, B))"
             )
-        u = values
-    u = u.reshape(-1).to(dtype).clamp(0.0, 1.0)
+        u, name = values, "forecast"
+    u = u.reshape(-1).to(dtype)
+    check_values((name, u), validate_args=validate_args and name != "pit")  # pit: derived from checked args
+    u = u.clamp(0.0, 1.0)
     return (u[:, None] <= levels[None, :]).to(dtype)
 
 
@@ -109,6 +118,8 @@ def lce(
     phi_query=None,
     levels: Tensor | int | None = None,
     bandwidth: float = 1.0,
+    *,
+    validate_args: bool = True,
 ) -> Tensor:
     """Local calibration errors ``LCE(x_q; c_b)``, shape ``(q, B)`` (rows: query points, columns: levels).
 
@@ -135,9 +146,9 @@ def lce(
         c = torch.as_tensor(levels).reshape(-1).to(dtype)
     px = _points(phi_x, "phi_x", dtype)
     pq = px if phi_query is None else _points(phi_query, "phi_query", dtype)
-    ind = _indicators(forecast, y, c, dtype)
-    if ind.shape[0] != px.shape[0]:
-        raise ValueError(f"{ind.shape[0]} forecasts but phi_x has {px.shape[0]} rows")
+    check_values(("phi_x", px), ("phi_query", None if phi_query is None else pq), validate_args=validate_args)
+    ind = _indicators(forecast, y, c, dtype, validate_args)
+    same_length(("forecast", ind), ("phi_x", px))
     return local_weights(px, pq, bandwidth) @ ind - c[None, :]
 
 
@@ -148,9 +159,13 @@ def lce_total(
     phi_query=None,
     levels: Tensor | int | None = None,
     bandwidth: float = 1.0,
+    *,
+    validate_args: bool = True,
 ) -> Tensor:
     """``LCE_total(x_q) = mean_b LCE(x_q; c_b)^2``, shape ``(q,)`` (same arguments as :func:`lce`)."""
-    return lce(forecast, y, phi_x, phi_query, levels, bandwidth).square().mean(-1)
+    return (
+        lce(forecast, y, phi_x, phi_query, levels, bandwidth, validate_args=validate_args).square().mean(-1)
+    )
 
 
 def lce_calibrated_floor(

@@ -36,7 +36,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from kcal.inputs import as_forecast, as_vector, check_probs, reject_renamed
+from kcal.inputs import (
+    as_float,
+    as_forecast,
+    as_vector,
+    check_probs,
+    check_values,
+    checked_forecast,
+    reject_renamed,
+    same_length,
+)
+from kcal.kernels import check_finite
 from kcal.metrics.classification import bin_index, kce_batched
 
 __all__ = [
@@ -84,7 +94,9 @@ def n_used_rows(n: int, batch_size: int | None) -> int:
 # --------------------------------------------------------------------------------------------
 # regression
 # --------------------------------------------------------------------------------------------
-def official_qce(pit, n_bins: int = 20, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE) -> Tensor:
+def official_qce(
+    pit, n_bins: int = 20, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE, *, validate_args: bool = True
+) -> Tensor:
     r"""Official quantile calibration error (``GMMCalibrationError``, rounding-based bins).
 
     Bin of a PIT value u: ``b = min(round(n_bins * u), n_bins - 1)`` (torch's round-half-to-even),
@@ -94,16 +106,22 @@ def official_qce(pit, n_bins: int = 20, batch_size: int | None = REGRESSION_TEST
     forecaster ≈ 0.025 (=½(|1/40−1/20| + |3/40−1/20|)), not 0.
     """
     u = as_vector(pit, "pit")
+    check_values(("pit", u), validate_args=validate_args)
     u = u[: n_used_rows(u.shape[0], batch_size)]
     idx = torch.round(u * n_bins).clamp(max=n_bins - 1).long().clamp_(min=0)
     counts = torch.bincount(idx, minlength=n_bins).to(u.dtype)
     return 0.5 * (counts / counts.sum() - 1.0 / n_bins).abs().sum()
 
 
-def _draw_samples(forecast, n: int, num_samples: int, generator, dtype, device) -> Tensor:
+def _draw_samples(
+    forecast, n: int, num_samples: int, generator, dtype, device, validate_args: bool
+) -> Tensor:
     """``num_samples`` draws per row via inverse-CDF sampling, shape (S, n), drawn on the generator's
     device (``device`` without one: the labels')."""
-    f = as_forecast(forecast)
+    f = as_forecast(forecast, "official_dce", validate_args=validate_args)
+    batch = getattr(f, "batch_shape", None)
+    if batch is not None and len(batch) == 1:
+        same_length(("forecast", int(batch[0])), ("y", n))
     where = generator.device if generator is not None else device
     u = torch.rand((num_samples, n), generator=generator, dtype=dtype, device=where).to(device)
     return torch.stack([f.icdf(u[s]) for s in range(num_samples)])
@@ -116,6 +134,8 @@ def official_dce(
     batch_size: int | None = REGRESSION_TEST_BATCH_SIZE,
     num_samples: int = 10,
     generator: torch.Generator | None = None,
+    *,
+    validate_args: bool = True,
 ) -> Tensor:
     r"""Official decision calibration error (``DecisionCalibrationError``, metric "L2")
 
@@ -138,6 +158,8 @@ def official_dce(
     ``batch_size=None`` treats all rows as a single batch.
     """
     y = as_vector(y, "y")
+    check_values(("y", y), validate_args=validate_args)
+    threshold = check_finite("threshold", threshold)
     n = y.shape[0]
     if batch_size is None:  # one batch holding every row
         batch_size = n
@@ -146,11 +168,18 @@ def official_dce(
         samples = forecast_or_samples
         if samples.ndim == 1:
             samples = samples[None]
-        if samples.ndim != 2 or samples.shape[1] != n:
-            raise ValueError(f"samples must have shape (S, n={n}), got {tuple(samples.shape)}")
+        if samples.ndim != 2:
+            raise ValueError(
+                f"samples must have shape (S, n={n}) (one column per label), got {tuple(samples.shape)}"
+            )
+        same_length(("samples", samples.shape[1]), ("y", n))
+        samples = as_float(samples, "samples")
+        check_values(("samples", samples), validate_args=validate_args)
     else:
         dtype = y.dtype if torch.is_floating_point(y) else torch.get_default_dtype()
-        samples = _draw_samples(forecast_or_samples, n, num_samples, generator, dtype, y.device)
+        samples = _draw_samples(
+            forecast_or_samples, n, num_samples, generator, dtype, y.device, validate_args
+        )
     nb = used // batch_size
     sy = torch.sign(y[:used] - threshold).reshape(nb, batch_size)
     ss = torch.sign(samples[:, :used] - threshold).reshape(samples.shape[0], nb, batch_size)
@@ -165,10 +194,11 @@ def official_dce(
     return torch.sqrt((g * g).sum())
 
 
-def official_regression_nll(forecast, y, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE) -> Tensor:
+def official_regression_nll(
+    forecast, y, batch_size: int | None = REGRESSION_TEST_BATCH_SIZE, *, validate_args: bool = True
+) -> Tensor:
     """Official test NLL: mean of ``-forecast.log_prob(y)`` over the rows of full batches only."""
-    f = as_forecast(forecast, caller="official_regression_nll")
-    y = as_vector(y, "y")
+    f, y = checked_forecast(forecast, y, "official_regression_nll", validate_args=validate_args)
     used = n_used_rows(y.shape[0], batch_size)
     return (-f.log_prob(y))[:used].mean()
 
@@ -200,6 +230,7 @@ def official_classification_metrics(
     n_bins: int = 20,
     kce_probs=None,
     bandwidth_x: float | None = None,
+    validate_args: bool = True,
 ) -> dict[str, Tensor]:
     """Official classification test metrics: means of per-batch values over 8-row batches.
 
@@ -227,19 +258,19 @@ def official_classification_metrics(
     To reproduce the authors' calibrated KCE (computed on softmax of temperature-scaled *probabilities*) pass
     ``kce_probs=torch.softmax(calibrated_probs, -1)``.
     """
-    probs, labels = check_probs(probs, labels)
+    probs, labels = check_probs(probs, labels, validate_args=validate_args)
     n, m = probs.shape
     if x is not None:
-        x = torch.as_tensor(x)
+        x = as_float(x, "x")
         if x.ndim == 1:
             x = x[:, None]
-        if x.shape[0] != n:
-            raise ValueError(f"x must have {n} rows, got {x.shape[0]}")
+        same_length(("probs", probs), ("x", x))
+        check_values(("x", x), validate_args=validate_args)
         x = x.to(probs.dtype)
     if kce_probs is None:
         kp = probs
     else:
-        kp, _ = check_probs(kce_probs)
+        kp, _ = check_probs(kce_probs, validate_args=validate_args, name="kce_probs")
         if kp.shape != probs.shape:
             raise ValueError(f"kce_probs must have shape {tuple(probs.shape)}, got {tuple(kp.shape)}")
         kp = kp.to(probs.dtype)

@@ -18,6 +18,15 @@ Conventions
   code) belongs to the model, so pass the floored std.
 * The decision threshold ``c`` is a plain number (0 for median-centred targets, as in the official
   code).
+* Inputs are checked by :mod:`kcal.inputs`: integer tensors are converted to floats, lengths always
+  checked, and with ``validate_args=True`` (the default) NaN or infinite values and a std <= 0 raise a
+  one-line ``ValueError`` naming the argument (one host synchronisation). The functions that take any
+  forecast object (:func:`nll`, :func:`pit`, :func:`qce`, :func:`dce`) check a ``(mean, std)`` pair's
+  parameters and take an object as built (torch checks a ``Normal``'s when it is built, unless told
+  ``validate_args=False``); the Gaussian ones (:func:`crps`, :func:`sharpness`, :func:`gaussian_nll`)
+  check ``mean`` and ``std`` whatever holds them. What a function derives (PIT values) is not re-checked.
+  :func:`gaussian_nll`, the training loss, checks values only when asked (``validate_args=False`` by
+  default): the training loop calls it every step and reads a NaN as divergence.
 """
 
 from __future__ import annotations
@@ -27,7 +36,16 @@ import math
 import torch
 from torch import Tensor
 
-from kcal.inputs import as_forecast, as_vector, gaussian_params, same_length
+from kcal.inputs import (
+    as_float,
+    as_forecast,
+    as_vector,
+    check_values,
+    checked_forecast,
+    checked_gaussian,
+    same_length,
+)
+from kcal.kernels import check_finite
 
 __all__ = [
     "as_forecast",
@@ -51,17 +69,29 @@ __all__ = [
 LOG_2PI = math.log(2 * math.pi)
 
 
-def gaussian_nll(forecast, y, reduction: str = "mean") -> Tensor:
+def gaussian_nll(forecast, y, reduction: str = "mean", *, validate_args: bool = False) -> Tensor:
     r"""Gaussian negative log-likelihood in nats, averaged (``reduction="mean"``) or summed over rows.
 
     :math:`\log\sigma_i + \frac{(y_i-\mu_i)^2}{2\sigma_i^2} + \tfrac12\log(2\pi)` for
     ``forecast = (mean, std)`` (or a ``Normal``). Shapes broadcast (no 1-D requirement), so the same
     function is the training loss of a single model and of a stack of models.
+
+    The one function of the library whose value checks are off by default: it is the training loss,
+    called every step, and a NaN it returns is how the training loop sees divergence. Pass
+    ``validate_args=True`` to refuse NaN/inf in ``mean``, ``std`` or ``y`` and a std <= 0 (shapes are always
+    checked); :func:`nll` checks by default.
     """
-    mean, std = gaussian_params(forecast, caller="gaussian_nll")
+    mean, std = checked_gaussian(forecast, "gaussian_nll", validate_args=validate_args, vector=False)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    y = y if isinstance(y, Tensor) else torch.as_tensor(y, dtype=mean.dtype)
+    y = as_float(y, "y")
+    try:
+        torch.broadcast_shapes(mean.shape, std.shape, y.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"y has shape {tuple(y.shape)}, mean has {tuple(mean.shape)}: pass one label per forecast"
+        ) from None
+    check_values(("y", y), validate_args=validate_args)
     nll = torch.log(std) + 0.5 * ((y - mean) / std) ** 2 + 0.5 * LOG_2PI
     return nll.mean() if reduction == "mean" else nll.sum()
 
@@ -76,44 +106,46 @@ def _reduce(values: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def nll(forecast, y, reduction: str = "mean") -> Tensor:
+def nll(forecast, y, reduction: str = "mean", *, validate_args: bool = True) -> Tensor:
     """``-forecast.log_prob(y)`` in nats, averaged over rows (``reduction="sum"``: summed, ``"none"``: per row).
 
     Any forecast (see :func:`as_forecast`), e.g. a recalibrated one.
     """
-    f = as_forecast(forecast, caller="nll")
-    y = as_vector(y, "y")
+    f, y = checked_forecast(forecast, y, "nll", validate_args=validate_args)
     return _reduce(-f.log_prob(y), reduction)
 
 
-def pit(forecast, y) -> Tensor:
+def pit(forecast, y, *, validate_args: bool = True) -> Tensor:
     """Probability integral transform ``u_i = F_i(y_i) = forecast.cdf(y)`` (shape ``(n,)``)."""
-    f = as_forecast(forecast, caller="pit")
-    y = as_vector(y, "y")
+    f, y = checked_forecast(forecast, y, "pit", validate_args=validate_args)
     return f.cdf(y)
 
 
-def sharpness(forecast) -> Tensor:
+def sharpness(forecast, *, validate_args: bool = True) -> Tensor:
     """Mean predictive standard deviation ``1/n sum_i sigma_i``, in target units (lower = sharper).
 
     ``forecast`` is ``(mean, std)`` or a ``Normal``; a bare tensor is taken as the std. Other libraries
     use other definitions under the same name (docs/library.md, "Conventions").
     """
     if isinstance(forecast, (tuple, list, torch.distributions.Normal)):
-        forecast = gaussian_params(forecast)[1]
-    return as_vector(forecast, "std").mean()
+        std = checked_gaussian(forecast, "sharpness", validate_args=validate_args)[1]
+    else:
+        std = as_vector(forecast, "std")
+        check_values(("std", std), positive=("std",), validate_args=validate_args)
+    return std.mean()
 
 
-def crps(forecast, y, reduction: str = "mean") -> Tensor:
+def crps(forecast, y, reduction: str = "mean", *, validate_args: bool = True) -> Tensor:
     r"""Mean closed-form CRPS of Gaussian forecasts (Gneiting & Raftery 2007), in target units.
 
     :math:`\mathrm{CRPS}(\mathcal N(\mu,\sigma^2), y) = \sigma\,[z(2\Phi(z)-1) + 2\varphi(z) - 1/\sqrt\pi]`
     with :math:`z=(y-\mu)/\sigma`; equals :math:`\int (F(t) - 1[t\ge y])^2\,dt`. ``forecast`` is
     ``(mean, std)`` or a ``Normal``; ``reduction="sum"``/``"none"`` sums / returns the per-row values.
     """
-    mean, std = gaussian_params(forecast, caller="crps")
-    mean, std, y = as_vector(mean, "mean"), as_vector(std, "std"), as_vector(y, "y")
+    mean, std = checked_gaussian(forecast, "crps", validate_args=validate_args)
+    y = as_vector(y, "y")
     same_length(("mean", mean), ("std", std), ("y", y))
+    check_values(("y", y), validate_args=validate_args)
     z = (y - mean) / std
     cdf = 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))
     pdf = torch.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
@@ -128,7 +160,7 @@ def crps_gaussian(*args, **kwargs):
 # --------------------------------------------------------------------------------------------
 # quantile calibration
 # --------------------------------------------------------------------------------------------
-def qce_binned(pit_values, n_bins: int = 20) -> Tensor:
+def qce_binned(pit_values, n_bins: int = 20, *, validate_args: bool = True) -> Tensor:
     r"""Binned quantile calibration error with EQUAL-width bins.
 
     PIT values are clamped to [0, 1] and assigned to bin ``b = min(floor(B u), B-1)`` (bins
@@ -141,7 +173,9 @@ def qce_binned(pit_values, n_bins: int = 20) -> Tensor:
     sampling noise, ~sqrt(B/N)); compare :func:`kcal.metrics.official.official_qce` whose
     rounding-based bins give a floor of ~0.025.  Defined for any N >= 1.
     """
-    u = as_vector(pit_values, "pit").clamp(0.0, 1.0)
+    u = as_vector(pit_values, "pit")
+    check_values(("pit", u), validate_args=validate_args)
+    u = u.clamp(0.0, 1.0)
     if n_bins < 1:
         raise ValueError("n_bins must be >= 1")
     idx = torch.floor(u * n_bins).long().clamp_(0, n_bins - 1)
@@ -149,12 +183,13 @@ def qce_binned(pit_values, n_bins: int = 20) -> Tensor:
     return 0.5 * (counts / u.shape[0] - 1.0 / n_bins).abs().sum()
 
 
-def qce(forecast, y, n_bins: int = 20) -> Tensor:
+def qce(forecast, y, n_bins: int = 20, *, validate_args: bool = True) -> Tensor:
     """:func:`qce_binned` of the forecast's PIT values: ``qce_binned(pit(forecast, y), n_bins)``."""
-    return qce_binned(pit(forecast, y), n_bins)
+    u = pit(forecast, y, validate_args=validate_args)
+    return qce_binned(u, n_bins, validate_args=False)  # derived from checked arguments
 
 
-def qce_ecdf(pit_values, p: int = 1) -> Tensor:
+def qce_ecdf(pit_values, p: int = 1, *, validate_args: bool = True) -> Tensor:
     r"""Bin-free quantile calibration error: distance of the PIT's empirical CDF to uniform.
 
     With :math:`\hat F(u) = \frac1N \#\{i: u_i \le u\}` (PITs clamped to [0, 1]):
@@ -169,7 +204,9 @@ def qce_ecdf(pit_values, p: int = 1) -> Tensor:
     :math:`\int_a^b (u-h)^2\,du = \tfrac13[(b-h)^3 - (a-h)^3]`.
     A calibrated forecaster scores O(1/sqrt(N)).  Defined for N >= 1 (N=1, u=0.5 gives 0.25 for p=1).
     """
-    u = as_vector(pit_values, "pit").clamp(0.0, 1.0)
+    u = as_vector(pit_values, "pit")
+    check_values(("pit", u), validate_args=validate_args)
+    u = u.clamp(0.0, 1.0)
     n = u.shape[0]
     s, _ = torch.sort(u)
     zero, one = s.new_zeros(1), s.new_ones(1)
@@ -188,7 +225,9 @@ def qce_ecdf(pit_values, p: int = 1) -> Tensor:
 # --------------------------------------------------------------------------------------------
 # decision calibration (paper section 6.2 / appendix)
 # --------------------------------------------------------------------------------------------
-def decision_calibration_error(prob_above, y, threshold: float = 0.0) -> Tensor:
+def decision_calibration_error(
+    prob_above, y, threshold: float = 0.0, *, validate_args: bool = True
+) -> Tensor:
     r"""Exact decision calibration error for the threshold decision problem.
 
     Actions :math:`a\in\{-1,+1\}`, loss :math:`\ell(a,y) = 1[a \ne \mathrm{sign}(y-c)]`.  The
@@ -207,6 +246,8 @@ def decision_calibration_error(prob_above, y, threshold: float = 0.0) -> Tensor:
     """
     p, y = as_vector(prob_above, "prob_above"), as_vector(y, "y")
     same_length(("prob_above", p), ("y", y))
+    threshold = check_finite("threshold", threshold)
+    check_values(("prob_above", p), ("y", y), validate_args=validate_args)
     above = (y >= threshold).to(p.dtype)
     # loss matrices over actions (+1, -1): loss(+1, y) = 1[y < c], loss(-1, y) = 1[y >= c]
     e_p = torch.stack([(1.0 - above).mean(), above.mean()])
@@ -214,26 +255,29 @@ def decision_calibration_error(prob_above, y, threshold: float = 0.0) -> Tensor:
     return torch.sqrt(((e_p - e_q) ** 2).sum())
 
 
-def dce(forecast, y, threshold: float = 0.0) -> Tensor:
+def dce(forecast, y, threshold: float = 0.0, *, validate_args: bool = True) -> Tensor:
     """:func:`decision_calibration_error` with ``prob_above = 1 - forecast.cdf(c)``."""
-    f = as_forecast(forecast, caller="dce")
-    y = as_vector(y, "y")
-    c = torch.full_like(y, float(threshold))
+    f, y = checked_forecast(forecast, y, "dce", validate_args=validate_args)
+    c = torch.full_like(y, check_finite("threshold", threshold))
     prob_above = 1.0 - f.cdf(c)
-    return decision_calibration_error(prob_above, y, threshold)
+    return decision_calibration_error(prob_above, y, threshold, validate_args=False)  # y checked above
 
 
-def dce_sampled(samples, y, threshold: float = 0.0) -> Tensor:
+def dce_sampled(samples, y, threshold: float = 0.0, *, validate_args: bool = True) -> Tensor:
     """Sampling fallback for forecasts without a cdf: ``samples`` has shape ``(S, n)``.
 
     ``prob_above[i]`` is estimated as the fraction of the S samples of row i with ``ŷ >= c``
     (same tie convention as :func:`decision_calibration_error`).
     """
-    s = torch.as_tensor(samples)
+    s = as_float(samples, "samples")
     y = as_vector(y, "y")
     if s.ndim == 1:
         s = s[None]
-    if s.ndim != 2 or s.shape[1] != y.shape[0]:
-        raise ValueError(f"samples must have shape (S, n={y.shape[0]}), got {tuple(s.shape)}")
-    prob_above = (s >= threshold).to(y.dtype).mean(0)
-    return decision_calibration_error(prob_above, y, threshold)
+    if s.ndim != 2:
+        raise ValueError(
+            f"samples must have shape (S, n={y.shape[0]}) (one column per label), got {tuple(s.shape)}"
+        )
+    same_length(("samples", s.shape[1]), ("y", y))
+    check_values(("samples", s), validate_args=validate_args)
+    prob_above = (s >= check_finite("threshold", threshold)).to(y.dtype).mean(0)
+    return decision_calibration_error(prob_above, y, threshold, validate_args=validate_args)

@@ -36,6 +36,11 @@ States are float64 sums, so the accumulated value matches the functional form to
 classification metrics bin each confidence in the dtype it arrives in, as the functions do, and sum in
 float64). States are registered with ``add_state``, so ``.to(device)`` (or a ``LightningModule``) moves
 them, and ``reset()`` clears them.
+
+Checks (:mod:`kcal.inputs`): every ``update`` checks its batch as the function checks its arguments:
+lengths always, NaN/inf values, std <= 0, probability sums and label range while the constructor's
+``validate_args`` is true (the default; one host synchronisation per ``update``). ``compute()`` before any
+``update`` (or after ``reset()``) raises a one-line ``ValueError`` instead of a NaN or a ``torch.cat`` error.
 """
 
 from __future__ import annotations
@@ -45,7 +50,15 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from kcal.baselines import MMCE_SCALINGS, mmce
-from kcal.inputs import as_forecast, as_vector, check_probs, gaussian_params
+from kcal.inputs import (
+    as_float,
+    as_vector,
+    check_probs,
+    check_values,
+    checked_forecast,
+    checked_gaussian,
+    same_length,
+)
 from kcal.kernels import check_positive, kernel_key
 from kcal.metrics.classification import binned_calibration_error, binned_sums
 from kcal.metrics.regression import crps, nll, pit
@@ -68,11 +81,26 @@ _F64 = torch.float64
 
 
 class _CalibrationMetric(Metric):
-    """Shared torchmetrics flags: lower is better, not differentiable, one update does not need the state."""
+    """Shared torchmetrics flags: lower is better, not differentiable, one update does not need the state.
+
+    ``validate_args`` (keyword, default True): check the values of every batch in ``update``.
+    :meth:`compute` raises ``ValueError`` before the first ``update``.
+    """
 
     is_differentiable = False
     higher_is_better = False
     full_state_update = False
+
+    def __init__(self, validate_args: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.validate_args = bool(validate_args)
+
+    def _check_updated(self) -> None:
+        if not self.update_called:
+            raise ValueError(
+                f"{type(self).__name__}.compute() was called before any update(): call update() with a batch "
+                "first (reset() clears every batch)"
+            )
 
 
 def _check_n_bins(n_bins) -> int:
@@ -108,11 +136,12 @@ class QuantileCalibrationError(_CalibrationMetric):
         self.add_state("counts", default=torch.zeros(n_bins, dtype=_F64), dist_reduce_fx="sum")
 
     def update(self, forecast, y, x=None) -> None:
-        u = pit(forecast, y).detach().clamp(0.0, 1.0)
+        u = pit(forecast, y, validate_args=self.validate_args).detach().clamp(0.0, 1.0)
         idx = torch.floor(u * self.n_bins).long().clamp_(0, self.n_bins - 1)
         self.counts += torch.bincount(idx, minlength=self.n_bins).to(self.counts)
 
     def compute(self) -> Tensor:
+        self._check_updated()
         return 0.5 * (self.counts / self.counts.sum() - 1.0 / self.n_bins).abs().sum()
 
 
@@ -129,14 +158,15 @@ class DecisionCalibrationError(_CalibrationMetric):
             self.add_state(name, default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
 
     def update(self, forecast, y, x=None) -> None:
-        f = as_forecast(forecast)
-        y = as_vector(y, "y").detach()
+        f, y = checked_forecast(forecast, y, type(self).__name__, validate_args=self.validate_args)
+        y = y.detach()
         p = 1.0 - f.cdf(torch.full_like(y, self.threshold)).detach()
         self.above += (y >= self.threshold).sum().to(_F64)
         self.prob_above += p.sum().to(_F64)
         self.n += y.shape[0]
 
     def compute(self) -> Tensor:
+        self._check_updated()
         a, p = self.above / self.n, self.prob_above / self.n
         return torch.sqrt(((1.0 - a) - (1.0 - p)) ** 2 + (a - p) ** 2)
 
@@ -152,11 +182,12 @@ class _RowMean(_CalibrationMetric):
         self.add_state("n", default=torch.zeros((), dtype=_F64), dist_reduce_fx="sum")
 
     def update(self, forecast, y, x=None) -> None:
-        values = self.per_row(forecast, y, reduction="none").detach()
+        values = self.per_row(forecast, y, reduction="none", validate_args=self.validate_args).detach()
         self.total += values.sum().to(_F64)
         self.n += values.shape[0]
 
     def compute(self) -> Tensor:
+        self._check_updated()
         return self.total / self.n
 
 
@@ -203,19 +234,30 @@ class KernelCalibrationError(_CalibrationMetric):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, forecast, y, x=None) -> None:
-        mean, std = gaussian_params(forecast)
-        self.mean.append(as_vector(mean, "mean").detach())
-        self.std.append(as_vector(std, "std").detach())
-        self.y.append(as_vector(y, "y").detach())
+        mean, std = checked_gaussian(forecast, type(self).__name__, validate_args=False)
+        y = as_vector(y, "y")
         if self.uses_x:
             if x is None:
                 raise ValueError(f"form {self.form!r} conditions on x: call update(forecast, y, x)")
-            x = torch.as_tensor(x).detach()
-            self.x.append(x[:, None] if x.ndim == 1 else x)
+            x = as_float(x, "x").detach()
+            x = x[:, None] if x.ndim == 1 else x
+        else:
+            x = None
+        same_length(("mean", mean), ("std", std), ("y", y), ("x", x))
+        check_values(("mean", mean), ("std", std), ("y", y), ("x", x), positive=("std",),
+                     validate_args=self.validate_args)  # fmt: skip
+        self.mean.append(mean.detach())
+        self.std.append(std.detach())
+        self.y.append(y.detach())
+        if x is not None:
+            self.x.append(x)
 
     def compute(self) -> Tensor:
+        self._check_updated()
         x = _cat(self.x) if self.uses_x else None
-        return regression_mmd((_cat(self.mean), _cat(self.std)), _cat(self.y), x, **self.options)
+        return regression_mmd(
+            (_cat(self.mean), _cat(self.std)), _cat(self.y), x, **self.options, validate_args=False
+        )  # every batch was checked in update
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -241,7 +283,7 @@ class TopLabelCalibrationError(_CalibrationMetric):
             self.add_state(name, default=torch.zeros(n_bins, dtype=_F64), dist_reduce_fx="sum")
 
     def update(self, probs, labels, x=None) -> None:
-        probs, labels = check_probs(probs, labels)
+        probs, labels = check_probs(probs, labels, validate_args=self.validate_args)
         conf, pred = probs.detach().max(-1)
         count, csum, hsum = binned_sums(conf, pred == labels, self.n_bins, dtype=_F64)
         self.counts += count[0]
@@ -249,6 +291,7 @@ class TopLabelCalibrationError(_CalibrationMetric):
         self.hit_sum += hsum[0]
 
     def compute(self) -> Tensor:
+        self._check_updated()
         return binned_calibration_error(
             self.counts, self.conf_sum, self.hit_sum, self.counts.sum(), self.norm
         )
@@ -275,7 +318,7 @@ class ClasswiseCalibrationError(_CalibrationMetric):
             self.add_state(name, default=torch.zeros(num_classes, n_bins, dtype=_F64), dist_reduce_fx="sum")
 
     def update(self, probs, labels, x=None) -> None:
-        probs, labels = check_probs(probs, labels)
+        probs, labels = check_probs(probs, labels, validate_args=self.validate_args)
         n, m = probs.shape
         if m != self.num_classes:
             raise ValueError(
@@ -290,6 +333,7 @@ class ClasswiseCalibrationError(_CalibrationMetric):
         self.hit_sum += hsum
 
     def compute(self) -> Tensor:
+        self._check_updated()
         n = self.counts.sum(-1)  # every class bins every row
         return binned_calibration_error(self.counts, self.conf_sum, self.hit_sum, n, "l1").mean()
 
@@ -316,11 +360,12 @@ class MaximumMeanCalibrationError(_CalibrationMetric):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, probs, labels, x=None) -> None:
-        probs, labels = check_probs(probs, labels)
+        probs, labels = check_probs(probs, labels, validate_args=self.validate_args)
         self.probs.append(probs.detach())
         self.labels.append(labels)
 
     def compute(self) -> Tensor:
+        self._check_updated()
         # every batch was checked in update
         return mmce(_cat(self.probs), _cat(self.labels), **self.options, validate_args=False)
 
@@ -361,25 +406,27 @@ class ClassificationKernelCalibrationError(_CalibrationMetric):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, probs, labels, x=None) -> None:
-        probs, labels = check_probs(probs, labels)
-        self.probs.append(probs.detach())
-        self.labels.append(labels)
+        probs, labels = check_probs(probs, labels, validate_args=self.validate_args)
         if self.uses_x:
             if x is None:
                 raise ValueError(f"form {self.form!r} conditions on x: call update(probs, labels, x)")
-            x = torch.as_tensor(x).detach()
-            if x.shape[0] != probs.shape[0]:
-                raise ValueError(
-                    f"x must have {probs.shape[0]} rows (one per row of probs), got {x.shape[0]}"
-                )
+            x = as_float(x, "x").detach()
+            same_length(("probs", probs), ("x", x))
+            check_values(("x", x), validate_args=self.validate_args)
             self.x.append(x[:, None] if x.ndim == 1 else x)
+        self.probs.append(probs.detach())
+        self.labels.append(labels)
 
     def compute(self) -> Tensor:
+        self._check_updated()
         x = _cat(self.x) if self.uses_x else None
-        return classification_mmd(_cat(self.probs), _cat(self.labels), x, **self.options)
+        return classification_mmd(  # every batch was checked in update
+            _cat(self.probs), _cat(self.labels), x, **self.options, validate_args=False
+        )
 
 
 _METRIC_KWARGS = (
+    "validate_args",
     "compute_on_cpu",
     "dist_sync_on_step",
     "process_group",

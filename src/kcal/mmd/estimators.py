@@ -24,6 +24,12 @@ options: ``regression_mmd((mean, std), y, x, form=...)``, ``classification_mmd(p
 variable and ``bandwidth_z`` to the kernel on the conditioning variable Z (x itself for the individual
 form). Inputs may be numpy arrays or torch tensors. Internally "t" = target / true variable, "f" =
 forecast variable; ``k_tf[i, j] = k((t_i, z_i), (f_j, z_j))``.
+Inputs are checked by :mod:`kcal.inputs` before anything is computed: integer tensors are converted to
+floats, every argument must have one row per example (a mismatch raises ``ValueError("x has 10 rows,
+labels has 12: ...")``), and with ``validate_args=True`` (the default) NaN or infinite values and a
+std <= 0 raise a one-line ``ValueError`` naming the argument (one host synchronisation per call; never
+inside ``torch.func`` transforms). The training step (:mod:`kcal.mmd.steps`) passes
+``validate_args=False``.
 All functions are differentiable and vectorised (no Python loops over pairs, samples or classes). Under
 ``torch.func`` transforms (``vmap`` over the noise ``eps`` or over batches, ``grad``) the plain autograd
 formulation is used (the fused fast paths are eager-only), so ``vmap``/``grad`` work.
@@ -40,7 +46,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from kcal import kernels
-from kcal.inputs import check_probs, functorch_active, gaussian_params
+from kcal.inputs import (
+    as_float,
+    as_vector,
+    check_probs,
+    check_values,
+    checked_gaussian,
+    functorch_active,
+    same_length,
+)
 from kcal.mmd.forms import (
     ClassificationForm,
     RegressionForm,
@@ -79,7 +93,7 @@ def _offdiag_sum(k: Tensor) -> Tensor:
     return k.sum((-2, -1)) - k.diagonal(dim1=-2, dim2=-1).sum(-1)
 
 
-def mmd2_unbiased(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor) -> Tensor:
+def mmd2_unbiased(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor, *, validate_args: bool = True) -> Tensor:
     """Unbiased MMD^2 U-statistic (paper Eq. (3) with the one-sample statistic h_ij of §4).
 
     ``MMD^2 = 1/(n(n-1)) * sum_{i != j} h_ij`` with
@@ -88,19 +102,31 @@ def mmd2_unbiased(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor) -> Tensor:
     The diagonal is excluded in all three terms (as in the authors' HEAD ``mean_no_diag``).
 
     Inputs have shape ``(..., n, n)`` (leading batch dims are kept: the result has shape ``(...)``).
-    ``n < 2`` raises ``ValueError`` (the U-statistic needs at least one pair).
+    ``n < 2`` raises ``ValueError`` (the U-statistic needs at least one pair); NaN or infinite entries do
+    when ``validate_args``.
     """
-    k_tt, k_tf, k_ff = (torch.as_tensor(k) for k in (k_tt, k_tf, k_ff))
-    if not (k_tt.shape[-2:] == k_tf.shape[-2:] == k_ff.shape[-2:]):
-        raise ValueError(
-            f"Gram matrices must share their last two dims, got {tuple(k_tt.shape)}, {tuple(k_tf.shape)}, "
-            f"{tuple(k_ff.shape)}"
-        )
+    k_tt, k_tf, k_ff = (as_float(k, name) for k, name in ((k_tt, "k_tt"), (k_tf, "k_tf"), (k_ff, "k_ff")))
+    _check_grams(k_tt, k_tf, k_ff)
+    check_values(("k_tt", k_tt), ("k_tf", k_tf), ("k_ff", k_ff), validate_args=validate_args)
+    return _mmd2_unbiased(k_tt, k_tf, k_ff)
+
+
+def _check_grams(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor) -> None:
+    """The three Gram matrices are square ``(..., n, n)`` with one n (the message names the odd one)."""
     n = k_tt.shape[-1]
-    if k_tt.shape[-2] != n:
-        raise ValueError(f"Gram matrices must be square (..., n, n), got {tuple(k_tt.shape)}")
+    for name, k in (("k_tt", k_tt), ("k_tf", k_tf), ("k_ff", k_ff)):
+        if k.ndim < 2 or k.shape[-2:] != (n, n):
+            raise ValueError(
+                f"{name} has shape {tuple(k.shape)}, k_tt has {tuple(k_tt.shape)}: the Gram matrices must be "
+                "square (..., n, n) with one n"
+            )
     if n < 2:
         raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+
+
+def _mmd2_unbiased(k_tt: Tensor, k_tf: Tensor, k_ff: Tensor) -> Tensor:
+    """:func:`mmd2_unbiased` of checked Gram matrices."""
+    n = k_tt.shape[-1]
     total = _offdiag_sum(k_tt) + _offdiag_sum(k_ff) - 2.0 * _offdiag_sum(k_tf)
     return total / (n * (n - 1))
 
@@ -137,6 +163,7 @@ def sample_mmd2(
     *,
     z: Tensor | None = None,
     kernel_z: Callable[[Tensor, Tensor], Tensor] | None = None,
+    validate_args: bool = True,
 ) -> Tensor:
     """Generic unbiased MMD^2 between a forecast and a target variable given as Monte-Carlo draws.
 
@@ -156,23 +183,40 @@ def sample_mmd2(
       draws), ``k_tf[i,j] = 1/(Mt Mf) sum_{s,s'} k(t_i^s, f_j^{s'})`` (the average over s when the target
       is deterministic) and likewise ``k_tt``. Lower variance, O(M^2 n^2) cost.
 
-    Returns ``mmd2_unbiased(k_tt * k_z, k_tf * k_z, k_ff * k_z)``.
+    Returns ``mmd2_unbiased(k_tt * k_z, k_tf * k_z, k_ff * k_z)``. Checked (values when ``validate_args``):
+    ``forecast``, ``target``, ``z`` and ``k_z`` finite, with n rows (columns of the draws) each.
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"unknown pairing {pairing!r}; valid: {list(PAIRINGS)}")
-    forecast, target = torch.as_tensor(forecast), torch.as_tensor(target)
+    t = _as_draws(as_float(target, "target"), "target")
+    f = _as_draws(as_float(forecast, "forecast"), "forecast")
+    same_length(("forecast", f.shape[1]), ("target", t.shape[1]))
+    if t.shape[2] != f.shape[2]:
+        raise ValueError(
+            f"target has {t.shape[2]} coordinates per draw, forecast has {f.shape[2]}: pass one variable"
+        )
+    n = f.shape[1]
     if z is not None or kernel_z is not None:
         if z is None or kernel_z is None or k_z is not None:
             raise ValueError(
                 "pass the conditioning variable either as k_z (a Gram matrix) or as z with kernel_z"
             )
-        k_z = kernel_z(torch.as_tensor(z), torch.as_tensor(z))
-    t = _as_draws(target, "target")
-    f = _as_draws(forecast, "forecast")
-    if t.shape[1:] != f.shape[1:]:
-        raise ValueError(
-            f"target and forecast draws disagree in (n, p): {tuple(t.shape)} vs {tuple(f.shape)}"
-        )
+        z = as_float(z, "z")
+        same_length(("forecast", n), ("z", z))
+    if k_z is not None:
+        k_z = as_float(k_z, "k_z")
+        if k_z.shape[-2:] != (n, n):
+            raise ValueError(f"k_z must be ({n}, {n}) for n={n} rows, got {tuple(k_z.shape)}")
+    check_values(("forecast", f), ("target", t), ("z", z), ("k_z", k_z), validate_args=validate_args)
+    if z is not None:
+        k_z = kernel_z(z, z)
+    if n < 2:
+        raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+    return _sample_mmd2(f, t, kernel, k_z, pairing)
+
+
+def _sample_mmd2(f: Tensor, t: Tensor, kernel: Callable, k_z: Tensor | None, pairing: str) -> Tensor:
+    """:func:`sample_mmd2` of checked draws ``f`` ``(Mf, n, p)``, ``t`` ``(Mt, n, p)``."""
     if pairing == "index":
         if t.shape[0] not in (1, f.shape[0]) and f.shape[0] != 1:
             raise ValueError(
@@ -187,13 +231,15 @@ def sample_mmd2(
         k_ff = _cross_mean_gram(kernel, f, f)
     if k_z is not None:
         k_tt, k_tf, k_ff = k_tt * k_z, k_tf * k_z, k_ff * k_z
-    return mmd2_unbiased(k_tt, k_tf, k_ff)
+    return _mmd2_unbiased(k_tt, k_tf, k_ff)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Generic estimator with analytic marginalisation (classification)
 # ----------------------------------------------------------------------------------------------------
-def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None = None) -> Tensor:
+def analytic_mmd2(
+    probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None = None, *, validate_args: bool = True
+) -> Tensor:
     """Unbiased MMD^2 for a discrete variable with the forecast marginalised analytically (paper §4.1).
 
     The one-sample statistic of §4.1 is
@@ -210,17 +256,36 @@ def analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None
 
     which is what is computed: one (n, n) x (n, m) product instead of three (n, n) Gram matrices. Cost
     O(n^2 m + n m^2). Batched: ``probs (..., n, m)``, ``labels (..., n)``, ``k_y (m, m)`` or
-    ``(..., m, m)``, ``k_z (..., n, n)``; returns shape ``(...)``. ``n < 2`` raises ``ValueError``.
+    ``(..., m, m)``, ``k_z (..., n, n)``; returns shape ``(...)``. ``n < 2`` raises ``ValueError``. Each
+    batch's ``probs`` and ``labels`` are checked as :func:`kcal.inputs.check_probs` checks one, and ``k_y``,
+    ``k_z`` finite when ``validate_args``.
     """
-    probs, labels, k_y = torch.as_tensor(probs), torch.as_tensor(labels), torch.as_tensor(k_y)
-    if k_z is not None:
-        k_z = torch.as_tensor(k_z)
-    m = probs.shape[-1]
-    if k_y.shape[-2:] != (m, m):
-        raise ValueError(f"k_y must be ({m}, {m}) for {m} classes, got {tuple(k_y.shape)}")
-    n = probs.shape[-2]
+    probs, labels = torch.as_tensor(probs), torch.as_tensor(labels)
+    k_y = as_float(k_y, "k_y")
+    if probs.ndim < 2:
+        raise ValueError(f"probs must have shape (..., n, m), got {tuple(probs.shape)}")
+    m, n = probs.shape[-1], probs.shape[-2]
+    if labels.shape != probs.shape[:-1]:
+        raise ValueError(
+            f"labels has shape {tuple(labels.shape)}, probs has {tuple(probs.shape)}: pass one label per row"
+        )
     if n < 2:
         raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+    flat, flat_labels = check_probs(probs.reshape(-1, m), labels.reshape(-1), validate_args=validate_args)
+    probs, labels = flat.reshape(probs.shape), flat_labels.reshape(labels.shape)
+    if k_y.shape[-2:] != (m, m):
+        raise ValueError(f"k_y must be ({m}, {m}) for {m} classes, got {tuple(k_y.shape)}")
+    if k_z is not None:
+        k_z = as_float(k_z, "k_z")
+        if k_z.shape[-2:] != (n, n):
+            raise ValueError(f"k_z must be ({n}, {n}) for n={n} rows, got {tuple(k_z.shape)}")
+    check_values(("k_y", k_y), ("k_z", k_z), validate_args=validate_args)
+    return _analytic_mmd2(probs, labels, k_y, k_z)
+
+
+def _analytic_mmd2(probs: Tensor, labels: Tensor, k_y: Tensor, k_z: Tensor | None) -> Tensor:
+    """:func:`analytic_mmd2` of checked inputs."""
+    m, n = probs.shape[-1], probs.shape[-2]
     onehot = F.one_hot(labels.long(), m).to(probs.dtype)
     k_y = k_y.to(probs.dtype)
     w = offdiag_weight(k_z, n, probs.dtype, probs.device)
@@ -241,28 +306,28 @@ def _bind_kernel(name: str, **candidates) -> Callable[[Tensor, Tensor], Tensor]:
     return kernels.get_kernel(name, **params)
 
 
-def _flat(v: Tensor, name: str) -> Tensor:
-    if v.dim() == 2 and v.shape[-1] == 1:
-        v = v.squeeze(-1)
-    if v.dim() != 1:
-        raise ValueError(f"{name} must have shape (n,) (or (n, 1)), got {tuple(v.shape)}")
-    return v
-
-
-def resolve_bandwidth(bandwidth: float | None, kernel: str, values: Tensor, name: str) -> float | None:
+def resolve_bandwidth(
+    bandwidth: float | None, kernel: str, values: Tensor, name: str, *, validate_args: bool = True
+) -> float | None:
     """``bandwidth`` checked (> 0), or, when it is None and ``kernel`` has a bandwidth, the median
-    heuristic on ``values`` (:func:`kcal.kernels.median_heuristic`: one host synchronisation)."""
+    heuristic on ``values`` (:func:`kcal.kernels.median_heuristic`: one host synchronisation; NaN or
+    infinite values refused when ``validate_args``)."""
     if bandwidth is not None:
         return kernels.check_positive(name, bandwidth)
     key = kernels.kernel_key(kernel)
-    return kernels.median_heuristic(values, key) if key in kernels.BANDWIDTH_KERNELS else None
+    if key not in kernels.BANDWIDTH_KERNELS:
+        return None
+    values = as_float(values, "values")
+    check_values(("values", values), validate_args=validate_args)
+    return kernels.median_heuristic(values, key, validate_args=False)
 
 
 def _conditioning_gram(z: Tensor, kernel_z: str, bandwidth_z: float | None) -> Tensor:
+    """The Gram matrix of checked Z (its values were checked, or deliberately not, by the caller)."""
     if not z.is_floating_point():
         z = z.to(torch.get_default_dtype())
-    kz = _bind_kernel(kernel_z, bandwidth=resolve_bandwidth(bandwidth_z, kernel_z, z, "bandwidth_z"))
-    return kz(z, z)
+    bw = resolve_bandwidth(bandwidth_z, kernel_z, z, "bandwidth_z", validate_args=False)
+    return _bind_kernel(kernel_z, bandwidth=bw)(z, z)
 
 
 def _target_bandwidth(
@@ -271,7 +336,7 @@ def _target_bandwidth(
     """``bandwidth_y`` or its median-heuristic default: on the labels y for the Yhat-vs-y forms, and the
     exact value for U(0, 1) for the PIT forms (their target variable is uniform by construction)."""
     if bandwidth_y is not None or fm.target == "y":
-        return resolve_bandwidth(bandwidth_y, kernel_y, y, "bandwidth_y")
+        return resolve_bandwidth(bandwidth_y, kernel_y, y, "bandwidth_y", validate_args=False)
     key = kernels.kernel_key(kernel_y)
     if key == "rbf":
         return kernels.UNIFORM_MEDIAN_SQ_DIST
@@ -304,6 +369,7 @@ def regression_mmd(
     y0: float | None = None,
     alpha: float = 0.5,
     detach_conditioning: bool = False,
+    validate_args: bool = True,
 ) -> Tensor:
     """Unbiased MMD^2 calibration metric for Gaussian forecasts N(mean, std) (paper §4, Eq. (3), Table 1).
 
@@ -360,6 +426,9 @@ def regression_mmd(
             ``threshold``).
         detach_conditioning: stop gradients through Z when Z depends on the forecast (``"distribution"``),
             so the regulariser cannot lower the metric by moving forecasts apart in Z-space.
+        validate_args: refuse NaN or infinite ``mean``, ``std``, ``y``, ``x``, ``groups``, ``eps`` and a
+            std <= 0 (one host synchronisation; the training step passes False). Lengths are always
+            checked.
 
     Returns:
         a scalar tensor, differentiable w.r.t. mean and std (and x / Z where applicable). Can be negative
@@ -368,25 +437,31 @@ def regression_mmd(
     The Bayes action for the loss 1{a != sign(y - c)} is a_i = +1 if Q_i(Yhat > c) > 1/2 else -1 (ties -> -1);
     for a Gaussian forecast this is sign(mean_i - c). It is piecewise constant (no gradient through Z).
     """
-    mean, std = gaussian_params(forecast, caller="regression_mmd")
+    mean, std = checked_gaussian(forecast, "regression_mmd", validate_args=False)
     if former_args:
         raise TypeError(
             "regression_mmd(forecast, y, x, *, ...) takes 3 positional arguments; options are keywords"
         )
-    mean, std, y = (v if isinstance(v, Tensor) else torch.as_tensor(v) for v in (mean, std, y))
-    if x is not None and not isinstance(x, Tensor):
-        x = torch.as_tensor(x)
+    y = as_vector(y, "y").to(mean.dtype)
+    if x is not None:
+        x = as_float(x, "x")
+    if groups is not None:
+        groups = torch.as_tensor(groups)
     fm = get_regression_form(form)
     if pairing not in PAIRINGS + ("analytic",):
         raise ValueError(f"unknown pairing {pairing!r}; valid: {list(PAIRINGS + ('analytic',))}")
-    mean = _flat(mean, "mean")
-    std = _flat(std, "std")
-    y = _flat(y, "y").to(mean.dtype)
+    same_length(("mean", mean), ("std", std), ("y", y), ("x", x), ("groups", groups))
     n = mean.shape[0]
-    if std.shape[0] != n or y.shape[0] != n:
-        raise ValueError(f"mean, std and y must have the same length, got {n}, {std.shape[0]}, {y.shape[0]}")
     if n < 2:
         raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
+    if eps is not None:
+        eps = as_float(eps, "eps")
+        if eps.dim() != 2 or eps.shape[1] != n:
+            raise ValueError(
+                f"eps must have shape (M, n) = (M, {n}) (one column per row), got {tuple(eps.shape)}"
+            )
+    check_values(("mean", mean), ("std", std), ("y", y), ("x", x), ("groups", groups), ("eps", eps),
+                 positive=("std",), validate_args=validate_args)  # fmt: skip
     bandwidth_y = _target_bandwidth(fm, kernel_y, bandwidth_y, y)
     if bandwidth_z is not None:
         bandwidth_z = kernels.check_positive("bandwidth_z", bandwidth_z)
@@ -398,9 +473,6 @@ def regression_mmd(
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
         eps = torch.randn((num_samples, n), generator=generator, dtype=mean.dtype, device=mean.device)
     else:
-        eps = torch.as_tensor(eps)
-        if eps.dim() != 2 or eps.shape[1] != n:
-            raise ValueError(f"eps must have shape (M, n) = (M, {n}), got {tuple(eps.shape)}")
         eps = eps.to(mean.dtype)
 
     if kernels.kernel_key(kernel_y) == "threshold_family" and upper is None:
@@ -428,8 +500,7 @@ def regression_mmd(
     if z is not None:
         if detach_conditioning:
             z = z.detach()
-        if z.shape[0] != n:
-            raise ValueError(f"conditioning variable has {z.shape[0]} rows, expected n={n}")
+        same_length(("mean", n), (_CONDITIONING_NAMES.get(fm.condition, "Z"), z))
         k_z = _conditioning_gram(z, kernel_z, bandwidth_z)
 
     if pairing == "analytic":
@@ -444,7 +515,10 @@ def regression_mmd(
         and not functorch_active()
     ):
         return rbf_sample_mmd2_index(y, forecast.squeeze(-1), bandwidth_y, k_z)
-    return sample_mmd2(forecast=forecast, target=target, kernel=k_v, k_z=k_z, pairing=pairing)
+    return _sample_mmd2(forecast, target, k_v, k_z, pairing)
+
+
+_CONDITIONING_NAMES = {"features": "features(x)", "groups": "groups", "x": "x"}
 
 
 def _regression_conditioning(fm, mean, std, x, features, groups, threshold, y0, alpha) -> Tensor | None:
@@ -461,7 +535,7 @@ def _regression_conditioning(fm, mean, std, x, features, groups, threshold, y0, 
                 f"form {fm.name!r} conditions on phi(x): pass x and `features` (columns or callable)"
             )
         if callable(features):
-            z = features(x)
+            z = as_float(features(x), "features(x)")
         else:
             idx = torch.as_tensor(features, dtype=torch.long, device=x.device)
             z = x.index_select(-1, idx)
@@ -547,8 +621,9 @@ def classification_mmd(
         reduction: ``"sum"`` (default) or ``"mean"`` over the m per-class statistics of ``"marginal"``.
         detach_conditioning: stop gradients through Z when Z depends on the forecast (canonical, top-label,
             marginal).
-        validate_args: check that ``probs`` are probabilities and ``labels`` lie in ``[0, m)`` (a host
-            synchronisation; training loops pass False).
+        validate_args: check that ``probs`` are probabilities (finite, in [0, 1], rows summing to 1),
+            ``labels`` lie in ``[0, m)`` and ``x`` is finite (a host synchronisation; training loops pass
+            False). Lengths are always checked.
 
     Indicator forms reduce to 2-class problems: forecast probabilities ``(1 - p_i, p_i)`` with
     ``p_i = q_i(Y*_i)`` (top-label) or ``q_i(c)`` (marginal, batched over c), labels ``1{y_i = Y*_i}`` or
@@ -563,7 +638,9 @@ def classification_mmd(
     if n < 2:
         raise ValueError(f"the unbiased MMD^2 estimator needs at least n=2 examples, got n={n}")
     if x is not None:
-        x = torch.as_tensor(x)
+        x = as_float(x, "x")
+        same_length(("probs", probs), ("x", x))
+        check_values(("x", x), validate_args=validate_args)
     bandwidth_y = kernels.check_positive(
         "bandwidth_y", CLASS_MEDIAN_SQ_DIST if bandwidth_y is None else bandwidth_y
     )
@@ -583,22 +660,22 @@ def classification_mmd(
         if x is None:
             raise ValueError(f"form {fm.name!r} conditions on x: pass x of shape (n, d)")
         k_y = _class_kernel(kernel_y, m, bandwidth_y, dt, dev)
-        return analytic_mmd2(probs, labels, k_y, zgram(x.to(dt)))
+        return _analytic_mmd2(probs, labels, k_y, zgram(x.to(dt)))
     if fm.variable == "class" and fm.condition == "probs":
         k_y = _class_kernel(kernel_y, m, bandwidth_y, dt, dev)
-        return analytic_mmd2(probs, labels, k_y, zgram(probs))
+        return _analytic_mmd2(probs, labels, k_y, zgram(probs))
     k2 = _class_kernel(kernel_y, 2, bandwidth_y, dt, dev)
     if fm.variable == "top_label":
         conf, top = probs.max(dim=-1)
         q2 = torch.stack([1.0 - conf, conf], dim=-1)
         b = (labels == top).long()
-        return analytic_mmd2(q2, b, k2, zgram(conf.unsqueeze(-1)))
+        return _analytic_mmd2(q2, b, k2, zgram(conf.unsqueeze(-1)))
     if fm.variable == "per_class":
         pc = probs.transpose(0, 1)  # (m, n): q_i(c)
         q2 = torch.stack([1.0 - pc, pc], dim=-1)  # (m, n, 2)
         classes = torch.arange(m, device=dev).unsqueeze(-1)
         b = (labels.unsqueeze(0) == classes).long()  # (m, n)
-        per_class = analytic_mmd2(q2, b, k2, zgram(pc.unsqueeze(-1)))  # (m,)
+        per_class = _analytic_mmd2(q2, b, k2, zgram(pc.unsqueeze(-1)))  # (m,)
         return per_class.sum() if reduction == "sum" else per_class.mean()
     raise ValueError(
         f"form {fm.name!r} has an unsupported (variable, condition) = ({fm.variable}, {fm.condition})"

@@ -58,11 +58,13 @@ class MMDCalibrationLoss(nn.Module):
         check_every: check on the first call and every ``check_every`` calls after it, until it warns.
         **options: any other keyword of :func:`kcal.mmd.regression_mmd` /
             :func:`kcal.mmd.classification_mmd` (``kernel_y``, ``kernel_z``, ``num_samples``, ``pairing``,
-            ``features``, ``threshold``, ...; ``validate_args`` for classification only). Another keyword
+            ``features``, ``threshold``, ``validate_args``, ...). Another keyword
             raises a one-line ``TypeError`` listing the valid ones, here rather than at the first batch.
 
     ``forward(prediction, target, x=None, **batch_options)``: ``batch_options`` are per-batch inputs such
-    as ``groups`` or ``eps``.
+    as ``groups`` or ``eps``. Every batch is checked by the estimator (:mod:`kcal.inputs`): lengths always,
+    NaN/inf values and std <= 0 while ``validate_args`` is true (the default; one host synchronisation per
+    batch, pass ``validate_args=False`` once the pipeline is known to be right).
     """
 
     def __init__(
@@ -113,12 +115,15 @@ class MMDCalibrationLoss(nn.Module):
         self.options = options
 
     def forward(self, prediction, target, x: Tensor | None = None, **batch_options) -> Tensor:
+        value = self._fn(
+            prediction, target, x, form=self.form, **self.options, **batch_options
+        )  # checks first
         if self.check_kernels and not self.warned and self.calls % self.check_every == 0:
             for name, report in self.kernel_reports(prediction, target, x):
                 warnings.warn(f"MMDCalibrationLoss, {name}: {report}", DegenerateKernelWarning, stacklevel=2)
                 self.warned = True
         self.calls += 1
-        return self._fn(prediction, target, x, form=self.form, **self.options, **batch_options)
+        return value
 
     def kernel_reports(self, prediction, target, x: Tensor | None = None) -> list[tuple[str, str]]:
         """``(bandwidth name, diagnosis)`` for each kernel whose numeric bandwidth is degenerate on this
@@ -145,10 +150,11 @@ class MMDCalibrationLoss(nn.Module):
             elif fm.condition == "top_prob":
                 checks.append(("bandwidth_z", torch.as_tensor(prediction).max(-1).values, bw_z, kernel_z))
         out = []
+        validate = self.options.get("validate_args", True)
         for name, values, bandwidth, kernel in checks:
             values = torch.as_tensor(values)
             if values.shape[0] >= 2:
-                report = kernels.kernel_report(values, bandwidth, kernel)
+                report = kernels.kernel_report(values, bandwidth, kernel, validate_args=validate)
                 if report is not None:
                     out.append((name, report))
         return out

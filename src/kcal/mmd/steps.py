@@ -276,7 +276,7 @@ class MMDStep:
         extra = (
             {"eps": eps} if eps is not None else ({"generator": generator} if generator is not None else {})
         )
-        return regression_mmd(outputs, y, x, **self.options, **extra)
+        return regression_mmd(outputs, y, x, **(self.options | extra | {"validate_args": False}))
 
     def _classification(self, logits, labels, x, const) -> Tensor:
         probs = torch.softmax(logits, dim=-1)
@@ -296,7 +296,7 @@ class MMDStep:
             w = kernels.rbf_offdiag(_as(x, dt), self.fast["h_z"]) if const is None else _as(const.w, dt)
             need = probs.requires_grad and torch.is_grad_enabled()
             return AnalyticClassMMD.apply(probs, onehot, k_y, w, need) / (n * (n - 1))
-        return classification_mmd(probs, labels, x, **self.options, validate_args=False)
+        return classification_mmd(probs, labels, x, **(self.options | {"validate_args": False}))
 
     def _eye(self, m: int, dtype, device) -> Tensor:
         key = ("eye", m, dtype, device)

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kcal.inputs import check_values
+
 __all__ = [
     "PiecewiseLinearMap",
     "RecalibratedForecast",
@@ -324,8 +326,7 @@ class QuantileRecalibrator:
         p = np.asarray(pit_val, dtype=np.float64).reshape(-1)
         if p.size == 0:
             raise ValueError("need at least one validation PIT")
-        if not np.all(np.isfinite(p)):
-            raise ValueError("validation PITs must be finite")
+        check_values(("pit_val", torch.from_numpy(p)))
         return p
 
     def __repr__(self) -> str:
@@ -487,8 +488,7 @@ class OfficialConformalRecalibrator(QuantileRecalibrator):
             raise ValueError(
                 "the conformal recalibrator needs at least 2 validation PITs (mean gap undefined)"
             )
-        if not bool(torch.isfinite(u).all()):
-            raise ValueError("validation PITs must be finite")
+        check_values(("pit_val", u))
         scores = torch.sort(u - 0.5).values
         gap = (scores[1:] - scores[:-1]).mean(dim=0, keepdim=True)
         knots = torch.cat([scores[:1] - gap, scores, scores[-1:] + gap])

@@ -34,6 +34,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from kcal.inputs import as_float, check_probs, check_values, same_length
+
 __all__ = [
     "ClassRecalibrator",
     "TemperatureScaler",
@@ -203,14 +205,22 @@ class TemperatureScaler(ClassRecalibrator):
         """Fit ``T`` on the full validation set. ``logits``: (n, m); ``labels``: (n,) integer classes.
 
         ``lbfgs`` works in float64; ``adam_plateau`` in the logits' dtype. ``quiet``: report a clipped
-        temperature as a DEBUG log line instead of a warning.
+        temperature as a DEBUG log line instead of a warning. Integer logits are converted to floats; NaN or
+        infinite logits, float labels and labels of another length raise a one-line ``ValueError``.
         """
+        logits, labels = as_float(logits, "logits"), torch.as_tensor(labels)
         if logits.dim() != 2:
             raise ValueError(f"logits must have shape (n, num_classes), got {tuple(logits.shape)}")
-        if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
+        if labels.dim() != 1:
             raise ValueError(f"labels must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
+        same_length(("logits", logits), ("labels", labels))
+        if labels.is_floating_point() or labels.dtype == torch.bool:
+            raise ValueError(
+                f"labels must be integer class ids (int64), got {labels.dtype}: pass labels.long()"
+            )
         if logits.shape[0] == 0:
             raise ValueError("need at least one validation example")
+        check_values(("logits", logits))
 
         with torch.inference_mode(False), torch.enable_grad():
             z = logits.detach().clone()
@@ -248,6 +258,7 @@ class TemperatureScaler(ClassRecalibrator):
         """Fit on ``log(probs + 1e-10)`` used as logits (what torchuq received), in the probabilities' dtype
         under ``adam_plateau``. A clipped temperature is reported quietly (see
         :class:`TemperatureClippedWarning`)."""
+        probs, labels = check_probs(probs, labels)
         return self.fit(_probs_to_logits(probs.detach()), labels, quiet=True)
 
     def scale(self, logits: torch.Tensor) -> torch.Tensor:
