@@ -101,6 +101,23 @@ def test_a_diverging_loss_ends_the_run_with_status_diverged(tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "diverged"
 
 
+def test_a_run_whose_forecasts_are_not_finite_is_diverged_not_an_error(tmp_path, monkeypatch):
+    """A finite training loss with non-finite forecasts (an overflowing std): the library's metrics refuse such
+    forecasts, so the run is not scored; it ends "diverged", as before the library checked its input."""
+    from kcal.run import artifacts
+
+    real = artifacts.regression_predictions
+
+    def overflowing(model, data):
+        preds = real(model, data)
+        preds["test_std"] = preds["test_std"] * float("inf")
+        return preds
+
+    monkeypatch.setattr(artifacts, "regression_predictions", overflowing)
+    metrics = run(cfg_for(*REGRESSION, "objective=nll", "trainer.max_epochs=2"), tmp_path)
+    assert metrics["status"] == "diverged" and "test/nll" not in metrics
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [("objective.params.bandwidth_y=-1", "bandwidth_y must be > 0"),

@@ -93,17 +93,21 @@ def draw_figures(out: Path, cfg: DictConfig, seed: int) -> None:
         log.warning("per-run figures failed for %s: %r", out, exc)
 
 
-def evaluate(prep: Prepared, model: torch.nn.Module, seed: int) -> tuple[dict, dict]:
-    """(metrics, predictions) of ``model`` on the validation and test splits."""
+def evaluate(prep: Prepared, model: torch.nn.Module, seed: int) -> tuple[dict | None, dict]:
+    """(metrics, predictions) of ``model`` on the validation and test splits; metrics None where a prediction is
+    not finite (the model diverged: the library's metrics refuse such forecasts, so they are not scored)."""
     data, cfg = prep.data, prep.cfg
     device = next(model.parameters()).device
     on_device = DatasetSplits(data.train.to(device), data.val.to(device), data.test.to(device), data.info)
+    preds = (regression_predictions if prep.task == "regression" else classification_predictions)(
+        model, on_device
+    )
+    if not all(bool(torch.isfinite(v).all()) for v in preds.values() if v.is_floating_point()):
+        return None, preds
     if prep.task == "regression":
-        preds = regression_predictions(model, on_device)
         values = evaluate_regression(model, on_device, prep.recalibrator, prep.threshold,
                                      random_streams.eval_seed(seed), preds)  # fmt: skip
     else:
-        preds = classification_predictions(model, on_device)
         values = evaluate_classification(model, on_device, prep.recalibrator, cfg.objective.name, preds)
     return values, preds
 
@@ -119,8 +123,10 @@ def finalize(prep: Prepared, model: torch.nn.Module, result: FitResult, out: Pat
     if result.diverged_epoch is not None or result.best_epoch is None:
         epoch = result.diverged_epoch if result.diverged_epoch is not None else result.epochs - 1
         metrics |= {"status": "diverged", "epoch": epoch}
+    elif (found := evaluate(prep, model, seed))[0] is None:  # finite training loss, non-finite forecasts
+        metrics |= {"status": "diverged", "epoch": result.best_epoch}
     else:
-        values, preds = evaluate(prep, model, seed)
+        values, preds = found
         save_predictions(preds, out / layout.PREDICTIONS_FILE)
         if cfg.get("figures", False):
             draw_figures(out, cfg, seed)
