@@ -2,6 +2,7 @@
 generated table and answer, the trade-off figure, and the report's check of its blocks."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -70,13 +71,32 @@ def test_no_significant_cost_ends_at_one_combined_se_either_way():
     assert not at_no_cost(Cell(1.0501, 0.04), Cell(1.0, 0.03), "nll")
 
 
-def test_the_gain_is_judged_by_the_verdicts_rule_at_its_boundary():
-    at_boundary = path_frame("xe_mmd", {0: classes(0.10, 0.003, 0.8), 10: classes(0.09, 0.004, 0.8)})
-    beyond = path_frame("xe_mmd", {0: classes(0.10, 0.003, 0.8), 10: classes(0.0899, 0.004, 0.8)})
+def test_the_gain_pays_for_choosing_the_best_of_the_paths_points():
+    """λ* is the best of k points chosen on the seeds that test it: its gain must exceed Φ⁻¹(1 - 0.025 / k)
+    combined SE (Bonferroni: at most 2.5 % false gains a path), not a plain 2 SE."""
+    from scipy.stats import norm
+
+    from kcal.publish.tradeoff import gain_threshold, naive_false_gain
+
+    assert gain_threshold(1) == pytest.approx(norm.ppf(0.975)) and gain_threshold(10) == pytest.approx(
+        norm.ppf(0.9975)
+    )
+    assert naive_false_gain(10) == pytest.approx(10 * norm.sf(2.0))
+    z = gain_threshold(1)  # one point λ > 0: the threshold is 1.96 combined SE
+    se = math.hypot(0.003, 0.004)
+    at_boundary = path_frame("xe_mmd", {0: classes(0.10, 0.003, 0.8), 10: classes(0.10 - z * se, 0.004, 0.8)})
+    beyond = path_frame(
+        "xe_mmd", {0: classes(0.10, 0.003, 0.8), 10: classes(0.10 - z * se - 1e-4, 0.004, 0.8)}
+    )
     a, b = best_point(at_boundary, "ece", "acc"), best_point(beyond, "ece", "acc")
-    assert a.weight == b.weight == 10.0 and a.share == pytest.approx(0.1)
-    assert a.gain == V.INDISTINGUISHABLE and not a.gained  # a difference of exactly 2 combined SE
+    assert a.weight == b.weight == 10.0 and a.share == pytest.approx(0.1) and a.points == 1
+    assert a.gain == V.INDISTINGUISHABLE and not a.gained
     assert b.gain == V.BETTER and b.gained
+    # the same gain of 2.2 SE among ten points falls short of the best-of-10 threshold (2.81 SE)
+    many = {0: classes(0.10, 0.003, 0.8), **{w: classes(0.10, 0.004, 0.8) for w in range(1, 10)},
+            10: classes(0.10 - 2.2 * se, 0.004, 0.8)}  # fmt: skip
+    c = best_point(path_frame("xe_mmd", many), "ece", "acc")
+    assert c.weight == 10.0 and c.points == 10 and not c.gained
 
 
 def test_the_best_point_is_the_lowest_calibration_error_among_the_points_at_no_cost():
