@@ -283,7 +283,9 @@ def close_keys(key: str, keys: Iterable[str], n: int = 5) -> list[str]:
     """The keys of ``keys`` closest to a misspelt ``key`` (``trainer.max_epoch`` -> ``trainer.max_epochs``); failing
     any, the keys beside it (those under its longest existing parent)."""
     keys = sorted(set(keys))
-    close = difflib.get_close_matches(key, keys, n=n, cutoff=0.75)
+    last = key.rpartition(".")[2]
+    close = [k for k in difflib.get_close_matches(key, keys, n=n, cutoff=0.75)
+             if difflib.SequenceMatcher(None, last, k.rpartition(".")[2]).ratio() >= 0.6]  # fmt: skip
     if close:
         return close
     parts = key.split(".")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH, choices
 from kcal.core import layout
@@ -44,7 +44,7 @@ OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
 def datasets_of_task(cfg: DictConfig) -> str | None:
     """The datasets a reproduction is asked for are of its task."""
-    other = [ds for ds in cfg.reproduce.datasets or () if get_spec(ds).task != cfg.task]
+    other = [ds for ds in OmegaConf.select(cfg, "reproduce.datasets") or () if get_spec(ds).task != cfg.task]
     if other:
         return (f"reproduce.datasets: {', '.join(other)} not of task={cfg.task}; pass task="
                 f"{get_spec(other[0]).task} or datasets among: {', '.join(dataset_names(cfg.task))}")  # fmt: skip

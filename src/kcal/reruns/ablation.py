@@ -35,7 +35,9 @@ from kcal.sweep.search_space import apply
 
 
 def key_exists(cfg: DictConfig) -> str | None:
-    key = str(cfg.ablation.key)
+    key = OmegaConf.select(cfg, "ablation.key")
+    if key is None:
+        return None
     if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
         return f"ablation.key={key} is not a key of the config (e.g. objective.weight, trainer.lr)"
     return None

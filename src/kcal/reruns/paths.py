@@ -116,7 +116,7 @@ PATHS_KEYS = Schema({
     "paths.max_extension": integer(0),
     "paths.wait": flag(),
     "paths.kernel_batches": integer(1),
-}, relations=(refusal(regularisers),))  # fmt: skip
+}, relations=(refusal(lambda cfg: "paths" in cfg and regularisers(cfg)),))  # fmt: skip
 #: what ``kcal paths`` checks before it starts (:mod:`kcal.core.startup`)
 SCHEMA = SEEDS_SCHEMA | PATHS_KEYS
 
