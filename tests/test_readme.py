@@ -111,7 +111,7 @@ def words_of(command: str) -> list[str]:
     """The command's words after the program, placeholders filled, optional ``[...]`` words dropped."""
     for placeholder, value in PLACEHOLDERS.items():
         command = command.replace(placeholder, value)
-    command = re.sub(r"=N\b", "=0", command)
+    command = re.sub(r"=N\b", "=1", command)  # a count (jobs, workers): at least 1
     assert not re.search(r"<[^>]*>", command), f"a placeholder without a value in PLACEHOLDERS: {command}"
     return [w for w in shlex.split(command)[1:] if not re.fullmatch(r"\[\w+\]", w)]
 
@@ -192,6 +192,8 @@ def check_kcal_commands(commands: list[tuple[str, str]]) -> list[tuple[str, str,
     from kcal.configs import CONFIG_DIR
 
     problems, calls, of_call = [], [], []
+    # a shell line of two commands (a && b): each on its own
+    commands = [(doc, part) for doc, line in commands for part in line.split(" && ")]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for doc, line in commands:
             words = words_of(line)

@@ -110,7 +110,9 @@ def test_train_without_data_is_one_line_exit_2(without_data):
     assert "export KCAL_DATA_DIR=" in lines[0] and "or unset KCAL_OFFLINE to allow a download." in lines[0]
 
 
-NO_USABLE_TRIAL = ["dataset=crime", "objective=nll", *SMOKE, "objective.weight=-1", "sweep.n_trials=2"]
+#: a study whose every trial samples an invalid value (a fixed one is refused before the sweep starts)
+NO_USABLE_TRIAL = ["dataset=crime", "objective=nll", *SMOKE, "sweep.n_trials=2",
+                   "++hparams_search.objectives.nll={objective.weight: {choices: [-1]}}"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +178,7 @@ def test_a_study_with_no_usable_trial_says_what_happened(with_data):
     # kcal sweep, then kcal seeds, with NO_USABLE_TRIAL on one root (with_data)
     expected = (
         "error: study 'crime__nll__paper' has no usable trial: all 2 finished trials failed (2 invalid_config; "
-        "e.g. objective.weight must be >= 0, got -1). To fix: change hparams_search (or the fixed config) so that "
+        "e.g. objective.weight must be a finite number >= 0, got -1). To fix: change hparams_search (or the fixed config) so that "
         "sampled values are valid; then run again with sweep.overwrite=true"
     )
     res = with_data[1]["sweep"]

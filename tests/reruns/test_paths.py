@@ -204,15 +204,17 @@ def test_a_point_goes_on_in_a_run_with_other_paths_settings(tmp_path):
 
 
 def test_bad_path_settings_are_refused_in_one_line(tmp_path):
-    from kcal.reruns.paths import regularisers, run_paths
+    from kcal.reruns.paths import SCHEMA, regularisers
 
     with pytest.raises(ConfigError, match="nll_mmd is not a regulariser of classification; valid: xe_mmd"):
-        regularisers(compose_cfg("paths", "dataset=heart-disease", "paths.objectives=[nll_mmd]"))
-    with pytest.raises(ConfigError, match="paths.grids.xe_mmd must list weights > 0"):
-        regularisers(compose_cfg("paths", "dataset=heart-disease", "paths.grids.xe_mmd=[0,10]"))
+        SCHEMA.validate(compose_cfg("paths", "dataset=heart-disease", "paths.objectives=[nll_mmd]"))
+    with pytest.raises(
+        ConfigError, match=r"paths.grids.xe_mmd must be a non-empty list of finite numbers > 0, got \[0, 10\]"
+    ):
+        SCHEMA.validate(compose_cfg("paths", "dataset=heart-disease", "paths.grids.xe_mmd=[0,10]"))
     assert regularisers(compose_cfg("paths", "dataset=crime")) == ["nll_mmd", "nll_mmd_tanh"]
-    with pytest.raises(ConfigError, match="paths.n_seeds must be >= 2"):
-        run_paths(compose_cfg("paths", "dataset=heart-disease", "paths.n_seeds=1", f"root={tmp_path}"))
+    with pytest.raises(ConfigError, match="paths.n_seeds must be an integer >= 2"):
+        SCHEMA.validate(compose_cfg("paths", "dataset=heart-disease", "paths.n_seeds=1", f"root={tmp_path}"))
 
 
 def test_the_kernel_check_tells_an_active_x_kernel_from_the_identity():

@@ -120,10 +120,10 @@ def test_a_run_whose_forecasts_are_not_finite_is_diverged_not_an_error(tmp_path,
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("objective.params.bandwidth_y=-1", "bandwidth_y must be > 0"),
-     ("model.widths=[0,64,64]", "model.widths must all be >= 1"),
+    [("objective.params.bandwidth_y=-1", "objective.params.bandwidth_y must be a finite number > 0"),
+     ("model.widths=[0,64,64]", "model.widths must be a non-empty list of integers >= 1"),
      ("trainer.batch_size=100000", "larger than the training split"),
-     ("objective.weight=-2", "objective.weight must be >= 0"),
+     ("objective.weight=-2", "objective.weight must be a finite number >= 0"),
      ("objective=xe", "choose one of")],
 )  # fmt: skip
 def test_invalid_values_are_rejected_before_training(override, message, tmp_path):

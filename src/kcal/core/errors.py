@@ -40,19 +40,24 @@ class TaskLost(RuntimeError):
     A reproduction's pool counts it like a dead worker's task and goes on (:mod:`kcal.orchestrate.workers`)."""
 
 
-def mistyped_overrides(cfg) -> list[str]:
+def mistyped_overrides(cfg, config_name: str | None = None, overrides: list[str] | None = None) -> list[str]:
     """Command-line overrides ``key=value`` whose value is text where the config holds a number or a
-    boolean, e.g. ``objective.weight=abc``; one message per override. Empty outside a Hydra app."""
+    boolean, e.g. ``objective.weight=abc``; one message per override. ``config_name`` and ``overrides``: those
+    ``cfg`` was composed from (default: the running Hydra app's); empty outside an initialised Hydra."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
-    if not isinstance(cfg, DictConfig) or not HydraConfig.initialized() or not GlobalHydra().is_initialized():
+    if not isinstance(cfg, DictConfig) or not GlobalHydra().is_initialized():
         return []
+    if config_name is None:
+        if not HydraConfig.initialized():
+            return []
+        hc = HydraConfig.get()
+        config_name, overrides = hc.job.config_name, list(hc.overrides.task)
     import hydra
 
-    hc = HydraConfig.get()
-    overrides = list(hc.overrides.task)
+    overrides = list(overrides or [])
     problems = []
     for i, override in enumerate(overrides):
         key, sep, _ = override.lstrip("+~").partition("=")
@@ -61,7 +66,7 @@ def mistyped_overrides(cfg) -> list[str]:
             if not isinstance(value, str) or _is_number(value):
                 continue
             others = overrides[:i] + overrides[i + 1 :]
-            default = OmegaConf.select(hydra.compose(hc.job.config_name, overrides=others), key, default=None)
+            default = OmegaConf.select(hydra.compose(config_name, overrides=others), key, default=None)
         except Exception:  # a key this check cannot resolve: left to the run itself
             continue
         if isinstance(default, bool):
@@ -133,22 +138,6 @@ def unknown_choices(argv: list[str]) -> list[str]:
     return problems
 
 
-def exits_on_unknown_choice(main):
-    """Hydra entry points (put above ``@hydra.main``): a command line naming a config that does not exist
-    (``dataset=crme``, ``objective=nll_mdm``, ``profile=quik``) is one line on stderr with exit status 2
-    (:func:`unknown_choices`), as every other user error, where Hydra would print some 20 lines and exit 1.
-    It is checked before Hydra composes the config, which no decorator below ``@hydra.main`` sees."""
-
-    @functools.wraps(main)
-    def wrapper(*args, **kwargs):
-        problems = unknown_choices(sys.argv[1:])
-        if problems:
-            _report("config error", ConfigError("; ".join(problems)), EXIT_USER_ERROR)
-        return main(*args, **kwargs)
-
-    return wrapper
-
-
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -177,7 +166,8 @@ def interrupted_message(entry_point: str) -> str:
 def exits_on_config_error(fn):
     """Entry points: report user errors as one line on stderr and exit 2; Ctrl-C exits 130.
 
-    Overrides of the wrong type (``objective.weight=abc``) are found before ``fn`` runs.
+    Overrides of the wrong type (``objective.weight=abc``) are found before ``fn`` runs; an error of
+    OmegaConf's (a key missing or that cannot be resolved) is a config error as well.
     """
 
     @functools.wraps(fn)
@@ -196,8 +186,19 @@ def exits_on_config_error(fn):
         except KeyboardInterrupt:
             print(f"\n{interrupted_message(_entry_point(fn))}", file=sys.stderr)
             raise SystemExit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            if not is_omegaconf_error(exc):
+                raise
+            _report("config error", exc, EXIT_USER_ERROR)
 
     return wrapper
+
+
+def is_omegaconf_error(exc: Exception) -> bool:
+    """Whether ``exc`` is OmegaConf's (a key that is missing or cannot be resolved, a value of the wrong type):
+    the config's, so the user's to fix. OmegaConf is not imported here (the library installs without it)."""
+    errors = sys.modules.get("omegaconf.errors")
+    return errors is not None and isinstance(exc, errors.OmegaConfBaseException)
 
 
 exits_on_user_error = exits_on_config_error  # the same decorator, named for all that it reports

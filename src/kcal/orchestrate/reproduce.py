@@ -19,30 +19,54 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from kcal.configs import CONFIG_PATH
+from kcal.configs import CONFIG_PATH, choices
 from kcal.core import layout
-from kcal.core.errors import (
-    ConfigError,
-    DataError,
-    IncompleteError,
-    check_choices,
-    exits_on_config_error,
-    exits_on_unknown_choice,
-)
+from kcal.core.errors import DataError, IncompleteError, exits_on_config_error
 from kcal.core.progress import Forecast, Progress, Study
+from kcal.core.schema import Schema, choice, flag, integer, items
+from kcal.core.startup import checks_config
 from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
+from kcal.data.registry import dataset_names
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
 from kcal.orchestrate.workers import Stage, run_pool
 from kcal.paper import PAPER_DATASETS as DATASETS
 from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
+from kcal.reruns.seeds import SCHEMA as SEEDS_SCHEMA
 from kcal.reruns.seeds import chunks, collect, run_seeds, seed_dirs
 from kcal.sweep.search import sweep
 from kcal.sweep.studies import counted, open_study
 
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
+
+
+def datasets_of_task(cfg: DictConfig) -> str | None:
+    """The datasets a reproduction is asked for are of its task."""
+    other = [ds for ds in OmegaConf.select(cfg, "reproduce.datasets") or () if get_spec(ds).task != cfg.task]
+    if other:
+        return (f"reproduce.datasets: {', '.join(other)} not of task={cfg.task}; pass task="
+                f"{get_spec(other[0]).task} or datasets among: {', '.join(dataset_names(cfg.task))}")  # fmt: skip
+    return None
+
+
+DATASET, OBJECTIVE = (
+    choice(dataset_names, names="dataset"),
+    choice(lambda: choices("objective"), names="objective"),
+)
+#: the keys of ``reproduce.*`` and ``task`` (configs/reproduce.yaml, the profiles' ``reproduce.sample_sizes``)
+REPRODUCE_KEYS = Schema({
+    "task": choice(lambda: OBJECTIVES),
+    "reproduce.datasets": items(DATASET, null="the paper's datasets of the task"),
+    "reproduce.objectives": items(OBJECTIVE, null="the paper's objectives of the task"),
+    "reproduce.sample_size_datasets": items(DATASET, empty="no reruns with other sample counts"),
+    "reproduce.sample_sizes": items(integer(1)),
+    "reproduce.tables": flag(),
+    "reproduce.jobs": integer(1, null="the CPU count"),
+}, relations=(datasets_of_task,))  # fmt: skip
+#: what ``kcal reproduce`` checks before it starts (:mod:`kcal.core.startup`)
+SCHEMA = SEEDS_SCHEMA | REPRODUCE_KEYS
 
 
 def available(name: str) -> DataError | None:
@@ -72,11 +96,8 @@ def check_complete(cfg: DictConfig, not_run: dict[str, DataError], n_rows: int) 
 def stages(cfg: DictConfig) -> list[tuple[str, str, list[str]]]:
     """(dataset, label, extra overrides) for every seed rerun; sweeps are implied by the label."""
     task = cfg.task
-    if task not in OBJECTIVES:
-        raise ConfigError(f"task={task} is not one of: {', '.join(OBJECTIVES)}")
     datasets = list(cfg.reproduce.datasets or DATASETS[task])
     objectives = list(cfg.reproduce.objectives or OBJECTIVES[task])
-    check_choices("objective", objectives)
     out = []
     for ds in datasets:
         out += [(ds, obj, [f"objective={obj}"]) for obj in objectives]
@@ -177,8 +198,8 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     return results_csv
 
 
-@exits_on_unknown_choice
 @keeps_password_off_disk
+@checks_config("reproduce", SCHEMA)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="reproduce")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

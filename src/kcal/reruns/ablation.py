@@ -25,10 +25,34 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknown_choice
+from kcal.core.errors import exits_on_config_error
+from kcal.core.schema import Schema, integer, items, mapping, text
+from kcal.core.startup import checks_config
 from kcal.core.storage_url import keeps_password_off_disk
+from kcal.reruns.seeds import SCHEMA as SEEDS_SCHEMA
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
 from kcal.sweep.search_space import apply
+
+
+def key_exists(cfg: DictConfig) -> str | None:
+    key = OmegaConf.select(cfg, "ablation.key")
+    if key is None:
+        return None
+    if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
+        return f"ablation.key={key} is not a key of the config (e.g. objective.weight, trainer.lr)"
+    return None
+
+
+#: the keys of ``ablation.*`` (configs/ablation.yaml)
+ABLATION_KEYS = Schema({
+    "ablation.key": text(),
+    "ablation.grid": items(),
+    "ablation.n_seeds": integer(1),
+    "ablation.set": mapping(null="nothing fixed on top of the best trial"),
+    "ablation.metrics": items(text()),
+}, relations=(key_exists,))  # fmt: skip
+#: what ``kcal ablation`` checks before it starts (:mod:`kcal.core.startup`)
+SCHEMA = SEEDS_SCHEMA | ABLATION_KEYS
 
 
 def ablation_dir(cfg: DictConfig) -> Path:
@@ -40,12 +64,6 @@ def ablation_dir(cfg: DictConfig) -> Path:
 def run_ablation(cfg: DictConfig) -> pd.DataFrame:
     """Train every pending (value, seed), aggregate, draw; return the tidy frame with a ``value`` column."""
     key, values = str(cfg.ablation.key), list(cfg.ablation.grid)
-    if not values:
-        raise ConfigError("ablation.grid is empty; give the values to try, e.g. 'ablation.grid=[0,1,10]'")
-    if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-        raise ConfigError(
-            f"ablation.key={key} is not a key of the config (e.g. objective.weight, trainer.lr)"
-        )
     best, info = best_config(cfg)
     fixed = OmegaConf.to_container(cfg.ablation.set) if cfg.ablation.set else {}
     best = apply(OmegaConf.create(OmegaConf.to_container(best, resolve=True)), fixed)
@@ -103,8 +121,8 @@ def draw(table: pd.DataFrame, key: str, metrics: list[str], stem: Path, title: s
     plt.close(fig)
 
 
-@exits_on_unknown_choice
 @keeps_password_off_disk
+@checks_config("ablation", SCHEMA)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="ablation")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

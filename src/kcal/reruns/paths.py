@@ -55,13 +55,16 @@ import torch
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from kcal.configs import CONFIG_DIR, CONFIG_PATH
+from kcal.configs import CONFIG_DIR, CONFIG_PATH, choices
 from kcal.core import layout
-from kcal.core.errors import ConfigError, check_choices, exits_on_config_error, exits_on_unknown_choice
+from kcal.core.errors import ConfigError, exits_on_config_error
 from kcal.core.progress import Progress, cpu_note, duration
+from kcal.core.schema import Schema, choice, flag, integer, items, number, refusal, text
+from kcal.core.startup import checks_config
 from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.kernels import rbf
+from kcal.reruns.seeds import SCHEMA as SEEDS_SCHEMA
 from kcal.reruns.seeds import aggregate, best_config, train_seeds
 from kcal.run.artifacts import checkout_commit, write_json_atomically
 from kcal.run.snapshot import resumed_note, resumed_record, resumed_seconds
@@ -85,17 +88,37 @@ def regularisers(cfg: DictConfig) -> list[str]:
     a grid and suit the task."""
     task = get_spec(cfg.dataset.name).task
     names = list(cfg.paths.objectives) if cfg.paths.objectives else list(cfg.paths.regularisers[task])
-    check_choices("objective", names)
     valid = list(cfg.paths.regularisers[task])
     for name in names:
         if name not in valid:
             raise ConfigError(
                 f"paths.objectives: {name} is not a regulariser of {task}; valid: {', '.join(valid)}"
             )
-        grid = cfg.paths.grids.get(name)
-        if not grid or any(float(w) <= 0 for w in grid):
-            raise ConfigError(f"paths.grids.{name} must list weights > 0 (λ = 0 is always run), got {grid}")
+        if not cfg.paths.grids.get(name):
+            raise ConfigError(
+                f"paths.grids has no grid for {name}; give one, e.g. 'paths.grids.{name}=[1,10,100]'"
+            )
     return names
+
+
+def objective_configs() -> list[str]:
+    return choices("objective")
+
+
+#: the keys of ``paths.*`` (configs/paths.yaml)
+PATHS_KEYS = Schema({
+    "paths.n_seeds": integer(2),  # a standard error needs two seeds
+    "paths.published": text(),
+    "paths.objectives": items(choice(objective_configs, names="objective"), null="the task's paths.regularisers"),
+    "paths.regularisers.*": items(choice(objective_configs, names="objective")),
+    "paths.grids.*": items(number(0, above=True)),  # λ = 0 is always run
+    "paths.dominant_share": number(0, above=True),
+    "paths.max_extension": integer(0),
+    "paths.wait": flag(),
+    "paths.kernel_batches": integer(1),
+}, relations=(refusal(lambda cfg: "paths" in cfg and regularisers(cfg)),))  # fmt: skip
+#: what ``kcal paths`` checks before it starts (:mod:`kcal.core.startup`)
+SCHEMA = SEEDS_SCHEMA | PATHS_KEYS
 
 
 def start_file(cfg: DictConfig) -> Path:
@@ -325,8 +348,6 @@ def run_paths(cfg: DictConfig) -> dict[str, Path]:
     dataset = cfg.dataset.name
     names = regularisers(cfg)
     n_seeds = int(cfg.paths.n_seeds)
-    if n_seeds < 2:
-        raise ConfigError(f"paths.n_seeds must be >= 2 (a standard error needs two seeds), got {n_seeds}")
     seeds = list(range(n_seeds))
     start, info = start_config(cfg)
     commit = checkout_commit()  # of the code that trains, read before any point is
@@ -461,8 +482,8 @@ def prepare_point(run_cfg: DictConfig):
     return prepare(run_cfg)
 
 
-@exits_on_unknown_choice
 @keeps_password_off_disk
+@checks_config("paths", SCHEMA)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="paths")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

@@ -25,12 +25,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH
 from kcal.core import layout
-from kcal.core.errors import ConfigError, exits_on_config_error, exits_on_unknown_choice
+from kcal.core.errors import ConfigError, exits_on_config_error
 from kcal.core.progress import Progress, cpu_note
+from kcal.core.schema import Schema, flag, integer, text
+from kcal.core.startup import checks_config
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.paper import RESULT_COLUMNS
+from kcal.run.setup import TRAIN_KEYS
 from kcal.run.snapshot import resumed_note, resumed_record, resumed_seconds
 from kcal.sweep.fingerprint import check_seeds
+from kcal.sweep.search import SWEEP_KEYS
 from kcal.sweep.selection import selection_of
 
 TIDY_COLUMNS = list(RESULT_COLUMNS)
@@ -40,6 +44,23 @@ PREFIXES = {  # metrics.json prefix -> (recalibrator, flavour)
     "official/test/": ("none", "official"),
     "official/test_recal/": ("post-hoc", "official"),
 }
+
+#: the keys of ``seeds_run.*`` (configs/seeds.yaml, the profiles' ``seeds_run.n_seeds``)
+SEEDS_KEYS = Schema({
+    "seeds_run.n_seeds": integer(1),
+    "seeds_run.vectorized": flag(),
+    "seeds_run.chunk_size": integer(1),
+    "seeds_run.use_best": flag(),
+    "seeds_run.best_from": text(),
+    "seeds_run.trial": integer(0, null="the study's selected trial"),
+    "seeds_run.best_file": text(null="the study's selected trial"),
+    "seeds_run.label": text(),
+    "seeds_run.overwrite": flag(),
+    "seeds_run.adopt": flag(),
+    "seeds_run.figures": integer(0, null="every seed"),
+})  # fmt: skip
+#: what ``kcal seeds`` checks before it starts (:mod:`kcal.core.startup`)
+SCHEMA = TRAIN_KEYS | SWEEP_KEYS | SEEDS_KEYS
 
 
 def label_dir(cfg: DictConfig) -> Path:
@@ -264,8 +285,8 @@ def collect(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=TIDY_COLUMNS)
 
 
-@exits_on_unknown_choice
 @keeps_password_off_disk
+@checks_config("seeds", SCHEMA)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="seeds")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:

@@ -17,28 +17,122 @@ returns, so a single run and a stacked member see the same objective, threshold 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from kcal.baselines import ECE_KDE_FLAVOURS, MMCE_SCALINGS
 from kcal.configs import CONFIG_DIR
 from kcal.core import random_streams
 from kcal.core.errors import ConfigError
-from kcal.data import load
+from kcal.core.schema import Schema, choice, flag, integer, items, number, text
+from kcal.data import get_spec, load
 from kcal.data.dataset import DatasetSplits, Split
-from kcal.data.preprocessing import protocol_of
+from kcal.data.preprocessing import PROTOCOLS, protocol_of
+from kcal.data.registry import dataset_names
 from kcal.evaluation import MAX_KCE_BANDWIDTH_ROWS
-from kcal.inputs import check_bandwidths, check_weight
-from kcal.kernels import median_heuristic
-from kcal.models import build_model
-from kcal.objectives import Objective
+from kcal.inputs import TASKS
+from kcal.kernels import KERNELS, median_heuristic
+from kcal.mmd import CLASSIFICATION_FORMS, PAIRINGS, REGRESSION_FORMS
+from kcal.models import MODEL_KINDS, build_model
+from kcal.objectives import REGULARIZERS, Objective
 from kcal.recalibration import RECALIBRATORS, resolve_recalibrator
 
 #: objective params that must be numbers once resolved (``median``/``auto`` are resolved first)
 NUMERIC_PARAMS = ("bandwidth_z", "bandwidth_y", "threshold")
+#: the values of ``trainer.accelerator`` (:func:`device`)
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
+#: ``objective.reduction``: what :class:`kcal.objectives.Objective` takes
+REDUCTIONS = ("mean", "sum")
+PER_BATCH = "the median heuristic on each batch"
+
+
+def epochs_in_order(cfg: DictConfig) -> str | None:
+    t = cfg.get("trainer")
+    if t is not None and t.get("min_epochs") is not None and t.min_epochs > t.max_epochs:
+        return (f"trainer.min_epochs={t.min_epochs} is above trainer.max_epochs={t.max_epochs}; lower "
+                "trainer.min_epochs or raise trainer.max_epochs")  # fmt: skip
+    return None
+
+
+def objective_fits_task(cfg: DictConfig) -> str | None:
+    """An objective for the dataset's task (``any``: both)."""
+    task = get_spec(cfg.dataset.name).task
+    if cfg.objective.task not in (task, "any"):
+        return (f"objective={cfg.objective.name} is for {cfg.objective.task} but dataset={cfg.dataset.name} is "
+                f"{task}; choose one of: {', '.join(objective_names(task))}")  # fmt: skip
+    return None
+
+
+def recalibrator_fits_task(cfg: DictConfig) -> str | None:
+    task = get_spec(cfg.dataset.name).task
+    if cfg.recalibrator.name not in RECALIBRATORS[task]:
+        return f"recalibrator={cfg.recalibrator.name} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
+    return None
+
+
+#: every key of ``kcal train``'s config (configs/train.yaml and its groups) and what it may hold
+TRAIN_KEYS = Schema({
+    "seed": integer(0, 2**32),
+    "decision_threshold": number(words=("median",)),
+    "save_checkpoint": flag(),
+    "figures": flag(),
+    "profile_name": text(),
+    "dataset.name": choice(dataset_names, names="dataset"),
+    "dataset.protocol": choice(lambda: PROTOCOLS),
+    "dataset.max_train_rows": integer(1, null="every training row"),
+    "dataset.local_features": items(integer(0), null="none"),
+    "model.kind": choice(lambda: MODEL_KINDS),
+    "model.widths": items(integer(1)),
+    "model.batchnorm": flag(),
+    "model.min_std": number(0, above=True),
+    "objective.name": text(),
+    "objective.task": choice(lambda: ("any", *TASKS)),
+    "objective.regularizer": choice(lambda: sorted({r for rs in REGULARIZERS.values() for r in rs} - {None}),
+                                    null="the base loss alone"),
+    "objective.base_weight": number(0, above=True),
+    "objective.weight": number(0),
+    "objective.reduction": choice(lambda: REDUCTIONS),
+    "objective.bandwidth_z_phi": number(0, above=True, words=("median",)),
+    "objective.flavour_by_protocol.*": choice(lambda: ECE_KDE_FLAVOURS),
+    "objective.scaling_by_protocol.*": choice(lambda: MMCE_SCALINGS),
+    "objective.params.form": choice(lambda: [*REGRESSION_FORMS, *CLASSIFICATION_FORMS]),
+    "objective.params.kernel_y": choice(lambda: KERNELS),
+    "objective.params.kernel_z": choice(lambda: KERNELS),
+    "objective.params.bandwidth_y": number(0, above=True, null=PER_BATCH),
+    "objective.params.bandwidth_z": number(0, above=True, words=("median",), null=PER_BATCH),
+    "objective.params.bandwidth": number(0, above=True, null="chosen per batch"),
+    "objective.params.threshold": number(words=("auto",)),
+    "objective.params.scale": number(0, above=True),
+    "objective.params.num_samples": integer(1),
+    "objective.params.pairing": choice(lambda: PAIRINGS),
+    "objective.params.p": integer(1),
+    "objective.params.flavour": choice(lambda: ECE_KDE_FLAVOURS),
+    "objective.params.scaling": choice(lambda: MMCE_SCALINGS),
+    "objective.params.features": items(integer(0)),
+    "recalibrator.name": choice(lambda: sorted({r for rs in RECALIBRATORS.values() for r in rs})),
+    "trainer.max_epochs": integer(1),
+    "trainer.min_epochs": integer(0),
+    "trainer.patience": integer(1),
+    "trainer.monitor": text(prefix="val/"),
+    "trainer.lr": number(0, above=True),
+    "trainer.weight_decay": number(0),
+    "trainer.gradient_clip_val": number(0, above=True, null="no clipping"),
+    "trainer.batch_size": integer(2),  # BatchNorm and the MMD U-statistic need pairs
+    "trainer.eval_batch_size": integer(2),
+    "trainer.accelerator": choice(lambda: ACCELERATORS),
+    "trainer.num_threads": integer(1, null="torch's default"),
+    "trainer.progress_bar": flag(),
+    "trainer.snapshot_minutes": number(0, null="no snapshots"),
+    "trainer.deterministic": flag(),
+    "trainer.log_dce": flag(),
+    "logger._target_": text(),
+    "logger.name": text(),
+    "logger.version": text(words=("",)),
+    "logger.default_hp_metric": flag(),
+}, relations=(epochs_in_order, objective_fits_task, recalibrator_fits_task))  # fmt: skip
 
 
 def objective_names(task: str | None = None) -> list[str]:
@@ -66,44 +160,14 @@ def load_data(cfg: DictConfig) -> DatasetSplits:
 
 
 def validate(cfg: DictConfig, data: DatasetSplits) -> str:
-    """Reject invalid values with a message naming the key, before training; return the resolved
-    recalibrator name."""
-    task, t = data.info.task, cfg.trainer
-    if cfg.objective.task not in (task, "any"):
-        raise ConfigError(
-            f"objective={cfg.objective.name} is for {cfg.objective.task} but dataset={data.info.name} is "
-            f"{task}; choose one of: {', '.join(objective_names(task))}"
-        )
-    if cfg.recalibrator.name not in RECALIBRATORS[task]:
-        raise ConfigError(
-            f"recalibrator={cfg.recalibrator.name} does not apply to {task}; valid: {', '.join(RECALIBRATORS[task])}"
-        )
-    n_train = len(data.train)
-    checks = [
-        (t.batch_size >= 2, f"trainer.batch_size must be >= 2 (BatchNorm and the MMD U-statistic need pairs), got {t.batch_size}"),
-        (t.batch_size <= n_train, f"trainer.batch_size={t.batch_size} is larger than the training split ({n_train} rows of {data.info.name}); lower it"),
-        (t.eval_batch_size >= 2, f"trainer.eval_batch_size must be >= 2, got {t.eval_batch_size}"),
-        (t.lr > 0 and math.isfinite(t.lr), f"trainer.lr must be > 0, got {t.lr}"),
-        (t.weight_decay >= 0, f"trainer.weight_decay must be >= 0, got {t.weight_decay}"),
-        (t.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {t.max_epochs}"),
-        (t.min_epochs >= 0, f"trainer.min_epochs must be >= 0, got {t.min_epochs}"),
-        (t.patience >= 1, f"trainer.patience must be >= 1, got {t.patience}"),
-        (t.gradient_clip_val is None or t.gradient_clip_val > 0, f"trainer.gradient_clip_val must be > 0 or null, got {t.gradient_clip_val}"),
-        (all(int(w) >= 1 for w in cfg.model.widths), f"model.widths must all be >= 1, got {list(cfg.model.widths)}"),
-    ]  # fmt: skip
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
-    try:
-        check_weight("objective.weight", cfg.objective.weight)
-        check_weight("objective.base_weight", base_weight(cfg))
-        check_bandwidths(cfg.objective.params, prefix="objective.params.")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    for key, value in cfg.objective.params.items():
-        if key == "num_samples" and value < 1:
-            raise ConfigError(f"objective.params.num_samples must be >= 1, got {value}")
-    return resolve_recalibrator(cfg.recalibrator.name, task)
+    """Reject invalid values (:data:`TRAIN_KEYS`, then what only the data tells) with a one-line message naming
+    the key, before training; return the resolved recalibrator name."""
+    TRAIN_KEYS.validate(cfg)
+    n_train, t = len(data.train), cfg.trainer
+    if t.batch_size > n_train:
+        raise ConfigError(f"trainer.batch_size={t.batch_size} is larger than the training split ({n_train} rows "
+                          f"of {data.info.name}); lower it")  # fmt: skip
+    return resolve_recalibrator(cfg.recalibrator.name, data.info.task)
 
 
 def decision_threshold(cfg: DictConfig, data: DatasetSplits) -> float:
@@ -194,7 +258,15 @@ def prepared_from(cfg: DictConfig, data: DatasetSplits) -> Prepared:
     """Validate ``cfg`` against ``data`` and resolve every parameter."""
     recalibrator = validate(cfg, data)
     threshold = decision_threshold(cfg, data)
-    return Prepared(cfg, data, objective_from_config(cfg, data, threshold), threshold, recalibrator)
+    try:
+        objective = objective_from_config(cfg, data, threshold)
+    except ConfigError:
+        raise
+    except (
+        ValueError
+    ) as exc:  # the library's own check of an input (kcal.inputs, kcal.objectives): the config's
+        raise ConfigError(" ".join(str(exc).split())) from None
+    return Prepared(cfg, data, objective, threshold, recalibrator)
 
 
 def prepare(cfg: DictConfig) -> Prepared:
@@ -221,6 +293,8 @@ def build(prep: Prepared, seed: int) -> torch.nn.Module:
 def device(cfg: DictConfig) -> torch.device:
     """The torch device ``trainer.accelerator`` names (``auto``: CUDA, else MPS, else CPU)."""
     acc = str(cfg.trainer.accelerator)
+    if acc not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator={acc} is not one of: {', '.join(ACCELERATORS)}")
     if acc in ("gpu", "cuda") or (acc == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
     if acc == "mps" or (acc == "auto" and torch.backends.mps.is_available()):

@@ -14,11 +14,13 @@ import hydra
 from omegaconf import DictConfig
 
 from kcal.configs import CONFIG_PATH
-from kcal.core.errors import exits_on_config_error, exits_on_unknown_choice
+from kcal.core.errors import exits_on_config_error
+from kcal.core.startup import checks_config
 from kcal.run import run
+from kcal.run.setup import TRAIN_KEYS
 
 
-@exits_on_unknown_choice
+@checks_config("train", TRAIN_KEYS)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 @exits_on_config_error
 def main(cfg: DictConfig) -> float | None:

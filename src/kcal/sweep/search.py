@@ -65,15 +65,28 @@ from kcal.core.errors import (
     IncompleteError,
     TaskLost,
     exits_on_config_error,
-    exits_on_unknown_choice,
 )
 from kcal.core.progress import Progress, cpu_note
+from kcal.core.schema import Schema, choice, flag, integer, mapping, refusal, text
+from kcal.core.startup import checks_config
 from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
 from kcal.data.splits import split_sizes
+from kcal.run.setup import TRAIN_KEYS
+from kcal.sweep.pruners import SETTINGS as PRUNERS
 from kcal.sweep.pruners import CurveReporter
+from kcal.sweep.samplers import STARTUP_BY
 from kcal.sweep.search_space import apply, sample, search_space, settings
-from kcal.sweep.selection import describe, front, is_pareto, pareto_values, selection_of, summary, value_of
+from kcal.sweep.selection import (
+    SELECTIONS,
+    describe,
+    front,
+    is_pareto,
+    pareto_values,
+    selection_of,
+    summary,
+    value_of,
+)
 from kcal.sweep.studies import (
     STARTED,
     STATUS,
@@ -89,6 +102,51 @@ from kcal.sweep.studies import (
 )
 
 SETTINGS = "settings"  # user attr: config path -> value, where shared or derived entries make it differ from the params
+
+
+#: the keys of ``sweep.*`` (configs/sweep.yaml, the profiles' ``sweep.n_trials``), ``root`` and ``hparams_search``
+SWEEP_KEYS = Schema({
+    "root": text(),
+    "hparams_search.name": text(),
+    "hparams_search.common": mapping(),
+    "hparams_search.objectives": mapping(),
+    "sweep.n_trials": integer(1),
+    "sweep.storage": text(null="the SQLite file of the root"),
+    "sweep.study_name": text(),
+    "sweep.selection": choice(lambda: SELECTIONS),
+    "sweep.sampler_seed": integer(0, 2**32),
+    "sweep.n_startup_trials": integer(0),
+    "sweep.startup_by": choice(lambda: STARTUP_BY),
+    "sweep.pruner": choice(lambda: PRUNERS, null="every trial trains to its early stop"),
+    "sweep.worker": integer(0),
+    "sweep.heartbeat_interval": integer(1),
+    "sweep.grace_period": integer(1, null="2 x sweep.heartbeat_interval"),
+    "sweep.max_retry": integer(0),
+    "sweep.keep_checkpoints": flag(),
+    "sweep.overwrite": flag(),
+    "sweep.adopt": flag(),
+})  # fmt: skip
+
+
+def space_fits(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` unless ``hparams_search`` covers the objective with entries Optuna can sample:
+    ``choices`` a non-empty list, ``low`` below ``high`` (both finite; above 0 on a log scale)."""
+    for path, entry in search_space(cfg).items():
+        if "choices" in entry and not (isinstance(entry["choices"], list) and entry["choices"]):
+            raise ConfigError(
+                f"hparams_search entry {path}: choices must be a non-empty list, got {entry['choices']}"
+            )
+        if "low" in entry or "high" in entry:
+            low, high = entry.get("low"), entry.get("high")
+            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                          for v in (low, high))  # fmt: skip
+            if not numbers or low > high or (entry.get("log") and low <= 0):
+                raise ConfigError(f"hparams_search entry {path}: needs finite low <= high (low > 0 with log: true), "
+                                  f"got low={low}, high={high}")  # fmt: skip
+
+
+#: what ``kcal sweep`` checks before it starts (:mod:`kcal.core.startup`)
+SCHEMA = TRAIN_KEYS | SWEEP_KEYS | Schema(relations=(refusal(space_fits),))
 
 
 class TrialFailed(Exception):
@@ -357,8 +415,8 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     return study
 
 
-@exits_on_unknown_choice
 @keeps_password_off_disk
+@checks_config("sweep", SCHEMA)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="sweep")
 @exits_on_config_error
 def main(cfg: DictConfig) -> None:
