@@ -13,6 +13,7 @@ import pytest
 
 from kcal.data.registry import get_spec
 from kcal.publish import claims as C
+from kcal.publish import claims_text as CT
 from kcal.publish import table_cells as TC
 from kcal.publish import tables as T
 
@@ -489,7 +490,9 @@ def _claims_results() -> pd.DataFrame:
 def _lines(results, **kw) -> dict[str, str]:
     """The paper reading's summary line of each claim, by ID."""
     return {
-        line.split(" ")[0]: line for line in C.claims_summary(results, **kw) if "stricter reading" not in line
+        line.split(" ")[0]: line
+        for line in CT.claims_summary(results, **kw)
+        if "stricter reading" not in line
     }
 
 
@@ -589,10 +592,10 @@ def test_the_rules_applied_to_the_papers_own_numbers_support_the_papers_claims_o
     assert [e.claim.id for e in evaluated] == [c.id for c in C.CLAIMS] and len(evaluated) == 11
     for e in evaluated:
         assert e.results[C.PAPER].n == 5, e.claim.id  # the paper has every dataset
-        assert check_paper_control(C.summary_line(e), e.claim) == [], e.claim.id
+        assert check_paper_control(CT.summary_line(e), e.claim) == [], e.claim.id
     supported = {e.claim.id for e in evaluated if e.results[C.PAPER].verdict == "supported"}
     assert supported == PAPER_SUPPORTED
-    lines = {e.claim.id: C.summary_line(e) for e in evaluated}
+    lines = {e.claim.id: CT.summary_line(e) for e in evaluated}
     # C2: open on three datasets of the paper's own Table 4; D1: on crime in its Table 7
     assert "paper's own numbers: 2 holds, 3 open of 5 datasets -> inconclusive" in lines["C2"]
     assert ("counter-example: heart-disease XE + MMD 0.261 ± 0.003 vs XE + MMCE 0.267 ± 0.002: inconclusive, "
@@ -605,7 +608,7 @@ def test_the_rules_applied_to_the_papers_own_numbers_support_the_papers_claims_o
             "inconclusive") in lines["D1"]  # fmt: skip
     # the stricter reading of C1 (every dataset) is not what the paper's own Table 4 shows: online-shoppers
     strict = next(e for e in C.evaluate_all(_claims_results()) if e.claim.id == "C1" and e.label)
-    assert strict.results[C.PAPER].verdict == "inconclusive" and "online-shoppers" in C.summary_line(strict)
+    assert strict.results[C.PAPER].verdict == "inconclusive" and "online-shoppers" in CT.summary_line(strict)
 
 
 def test_the_control_check_fails_on_a_rejection_without_a_counter_example():
@@ -697,7 +700,7 @@ def test_claims_are_data_and_the_markdown_lists_them(written):
     assert [c.id for c in C.CLAIMS] == ["R1", "R2", "R3", "R4", "R5", "C1", "C2", "C3", "C4a", "C4b", "D1"]
     df, paths = written
     md = paths["claims"].read_text()
-    for line in C.claims_summary(df):
+    for line in CT.claims_summary(df):
         assert line in md
     starts = [line.split(" ")[0] for line in md.splitlines() if re.match(r"^(R\d|C\d|D\d)\w* ", line)]
     assert starts == [c.id for c in C.CLAIMS]  # one summary line per claim, beginning with its ID

@@ -62,7 +62,8 @@ from kcal.publish.answer import (
     spread_moves,
     why_sentences,
 )
-from kcal.publish.claims import claims_data, claims_summary, evaluate_all, profile_note
+from kcal.publish.claims import claims_data, evaluate_all
+from kcal.publish.claims_text import claims_summary, profile_note
 from kcal.publish.figures.budget_curves import draw_budget_curves
 from kcal.publish.figures.tradeoff_curves import draw_tradeoff_figures
 from kcal.publish.protocol_spread import (
@@ -310,11 +311,9 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     classes = cell_classes(results, spread)
     kernels = selected_kernels(runs_studies(data))
     paths = path_counts(best_points(read_paths(data)))
-    generated["answer:first"] = "\n".join(
-        [f"**In short** (kcal's rules, on the {results['dataset'].nunique()} datasets of the paper it ran; *exact*: the "
-         "paper's definitions, *official*: the authors' code's, on the same predictions):"]
-        + first_lines(summaries, kernels, paths, "claims.md")
-    )  # fmt: skip
+    generated["answer:first"] = "\n".join([f"**In short** (kcal's rules, on the {results['dataset'].nunique()} datasets of "
+        "the paper it ran; *exact*: the paper's definitions, *official*: the authors' code's, on the same predictions):",
+        *first_lines(summaries, kernels, paths, "claims.md")])  # fmt: skip
     generated["answer:claims"] = claims_table(summaries)
     generated["answer:cells"] = cells_table(classes)
     generated["answer:why"] = why_sentences(kernels)

@@ -53,7 +53,7 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.paper import PAPER_OBJECTIVES
-from kcal.publish.claims import claims_markdown, claims_summary, profile_note
+from kcal.publish.claims_text import claims_markdown, claims_summary, profile_note
 from kcal.publish.table_cells import (
     CLASSIFICATION,
     DIFFERS,
