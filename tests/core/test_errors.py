@@ -284,3 +284,26 @@ def test_group_choices_are_checked_as_hydra_would_read_them(tmp_path):
     assert unknown_choices(["--config-dir", str(tmp_path), "dataset=mine"]) == []
     assert unknown_choices([f"--config-dir={tmp_path}", "dataset=mine"]) == []
     assert unknown_choices(["--config-path", str(tmp_path), "dataset=anything"]) == []
+
+
+@needs("crime")
+def test_a_second_reproduction_into_a_held_root_is_refused_naming_the_first(tmp_path):
+    """A root another kcal reproduce holds (its lock taken here, as a running reproduction takes it) is refused
+    with one line naming the holder, exit 2, and nothing trained."""
+    from filelock import FileLock
+
+    from kcal.core import layout
+
+    root = tmp_path / "root"
+    root.mkdir()
+    lock_path, owner_path = layout.reproduction_lock(root)
+    owner_path.write_text("pid 4242 on host elsewhere, started 2026-12-02 00:00:00 UTC\n")
+    with FileLock(lock_path):
+        res = kcal({"second": ("reproduce", "task=regression", *SMOKE, "reproduce.datasets=[crime]",
+                               "reproduce.objectives=[nll]", f"root={root}", f"hydra.run.dir={tmp_path}/logs")})  # fmt: skip
+    second = res["second"]
+    assert second.returncode == 2, second.stderr[-2000:]
+    line = last_line(second.stderr)
+    assert line.startswith(f"config error: root={root} is in use by another kcal reproduce (pid 4242 on host elsewhere")
+    assert "pass another root=" in line
+    assert sorted(p.name for p in root.iterdir()) == ["reproduce.lock", "reproduce.owner"]  # nothing trained

@@ -71,6 +71,13 @@ def results_file(root: Path | str) -> Path:
     return Path(root) / RESULTS_FILE
 
 
+def reproduction_lock(root: Path | str) -> tuple[Path, Path]:
+    """``(<root>/reproduce.lock, <root>/reproduce.owner)``: the file a ``kcal reproduce`` locks while it runs into
+    ``root`` (:class:`filelock.FileLock`, released by the OS when the process ends, killed or not) and the one
+    that says who holds it (pid, host, start time), so a second reproduction into the same root is refused."""
+    return Path(root) / "reproduce.lock", Path(root) / "reproduce.owner"
+
+
 def tables_dir(root: Path | str) -> Path:
     """``<root>/tables``: the LaTeX/Markdown tables and claims of a reproduction."""
     return Path(root) / "tables"

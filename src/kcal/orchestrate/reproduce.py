@@ -13,17 +13,20 @@ to ``<root>/tables/`` (:mod:`kcal.publish.tables`). Each stage resumes, so an in
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import hydra
+from filelock import FileLock, Timeout
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from kcal.configs import CONFIG_PATH, choices
 from kcal.core import layout
-from kcal.core.errors import DataError, IncompleteError, exits_on_config_error
+from kcal.core.errors import ConfigError, DataError, IncompleteError, exits_on_config_error
 from kcal.core.progress import Forecast, Progress, Study
 from kcal.core.schema import Schema, choice, flag, integer, items
 from kcal.core.startup import checks_config
@@ -151,7 +154,28 @@ def first_pace(jobs: int) -> float:
     return max(1.0, (load + min(jobs, cores)) / cores)
 
 
+def hold_root(root: Path) -> FileLock:
+    """The root's reproduction lock (:func:`kcal.core.layout.reproduction_lock`), taken without waiting; a root
+    another reproduction holds is refused with one line naming it (pid, host, start), before anything is written."""
+    lock_path, owner_path = layout.reproduction_lock(root)
+    root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        owner = owner_path.read_text(encoding="utf-8").strip() if owner_path.is_file() else "another process"
+        raise ConfigError(f"root={root} is in use by another kcal reproduce ({owner}): wait for it to finish, or pass "
+                          "another root=") from None  # fmt: skip
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    owner_path.write_text(
+        f"pid {os.getpid()} on host {socket.gethostname()}, started {started}\n", encoding="utf-8"
+    )
+    return lock
+
+
 def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
+    """The protocol's stages into ``cfg.root`` (the module docstring); the root is held (:func:`hold_root`) from
+    the first stage on, once the datasets are found."""
     root = Path(cfg.root)
     plan = stages(cfg)
     skipped = {}
@@ -166,6 +190,12 @@ def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
         if ds not in skipped:
             pair = hydra.compose("seeds", overrides=[*user_overrides, f"dataset={ds}", *extra])
             runnable.append(Stage(ds, label, pair, sweeps=not layout.is_variant(label)))
+    with hold_root(root):
+        return run_stages(cfg, root, runnable, skipped, t0)
+
+
+def run_stages(cfg: DictConfig, root: Path, runnable: list[Stage], skipped: dict, t0: float) -> Path:
+    """:func:`reproduce`'s stages, sweeps and seeds, then its results and tables, the root held."""
     jobs = int(cfg.reproduce.jobs or os.cpu_count() or 1)
     progress = protocol_progress(runnable, jobs)
     print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es) into {root}; "
