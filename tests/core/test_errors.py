@@ -304,6 +304,8 @@ def test_a_second_reproduction_into_a_held_root_is_refused_naming_the_first(tmp_
     second = res["second"]
     assert second.returncode == 2, second.stderr[-2000:]
     line = last_line(second.stderr)
-    assert line.startswith(f"config error: root={root} is in use by another kcal reproduce (pid 4242 on host elsewhere")
+    assert line.startswith(
+        f"config error: root={root} is in use by another kcal reproduce (pid 4242 on host elsewhere"
+    )
     assert "pass another root=" in line
     assert sorted(p.name for p in root.iterdir()) == ["reproduce.lock", "reproduce.owner"]  # nothing trained
