@@ -566,7 +566,9 @@ def test_a_forecast_object_is_taken_as_built_and_the_gaussian_functions_check_it
     per-epoch diagnostics score outputs so, whatever they hold) passes pit/nll/qce/dce, which check y;
     the functions with a Gaussian closed form check mean and std whatever holds them."""
     with pytest.raises(ValueError, match="loc"):
-        torch.distributions.Normal(_poke(MEAN, float("nan")), STD)  # torch's own check, at construction
+        torch.distributions.Normal(
+            _poke(MEAN, float("nan")), STD, validate_args=True
+        )  # torch checks when asked (kcal.run turns its default off)
     opted_out = torch.distributions.Normal(_poke(MEAN, float("nan")), STD, validate_args=False)
     for fn in (M.pit, M.nll, M.qce, M.dce):
         fn(opted_out, Y)  # taken as built: NaN comes of it, as the maker asked

@@ -64,7 +64,7 @@ CASES = {  # overrides, seeds, the epoch the training is stopped at, whether mem
     "nll_mmd_noise_draws": ([*CRIME, "objective=nll_mmd", "trainer.max_epochs=12"], SEEDS, 5, False),
     "xe_mmce_batchnorm_members_stopped": ([*CANCER, "objective=xe_mmce", "model.batchnorm=true", "trainer.min_epochs=1",
                                            "trainer.patience=2", "trainer.max_epochs=20"], SEEDS, 4, True),
-    "one_seed": ([*CRIME, "objective=nll", "trainer.max_epochs=8"], [0], 3, False),
+    "one_seed": ([*CRIME, "objective=nll", "trainer.max_epochs=8", "trainer.min_epochs=0"], [0], 3, False),
 }  # fmt: skip
 
 
@@ -115,12 +115,12 @@ def test_a_stopped_stack_goes_on_from_its_snapshot_as_if_never_stopped(tmp_path,
 
 @needs_data
 def test_a_snapshot_of_another_stack_or_a_broken_one_is_left_aside(tmp_path, monkeypatch, caplog):
-    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", EVERY_EPOCH)
+    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", "trainer.min_epochs=0", EVERY_EPOCH)
     whole = train(cfg, tmp_path / "whole")
     with monkeypatch.context() as m:  # a snapshot of seeds 0-2 with another learning rate
         stop_at(m, 3)
         with pytest.raises(Stop):
-            train(cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", "trainer.lr=0.01", EVERY_EPOCH),
+            train(cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", "trainer.min_epochs=0", "trainer.lr=0.01", EVERY_EPOCH),
                   tmp_path / "other")  # fmt: skip
     snap = layout.snapshot_file(tmp_path / "other" / "s0")
     assert snap.is_file()
@@ -143,7 +143,13 @@ def test_a_snapshot_of_another_stack_or_a_broken_one_is_left_aside(tmp_path, mon
 
 @needs_data
 def test_snapshots_are_off_when_snapshot_minutes_is_null(tmp_path, monkeypatch):
-    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", "trainer.snapshot_minutes=null")
+    cfg = cfg_for(
+        *CRIME,
+        "objective=nll",
+        "trainer.max_epochs=6",
+        "trainer.min_epochs=0",
+        "trainer.snapshot_minutes=null",
+    )
     with monkeypatch.context() as m:
         stop_at(m, 3)
         with pytest.raises(Stop):
@@ -163,7 +169,7 @@ def test_snapshot_minutes_must_be_a_number_of_minutes_or_null(tmp_path):
 
 @needs_data
 def test_a_stop_while_the_members_files_are_written_keeps_the_snapshot(tmp_path, monkeypatch):
-    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", EVERY_EPOCH)
+    cfg = cfg_for(*CRIME, "objective=nll", "trainer.max_epochs=6", "trainer.min_epochs=0", EVERY_EPOCH)
     monkeypatch.setattr(S, "finalize", lambda *a, **k: (_ for _ in ()).throw(Stop("stopped while writing")))
     with pytest.raises(Stop):
         train(cfg, tmp_path / "writing")
