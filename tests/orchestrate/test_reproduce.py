@@ -80,7 +80,7 @@ def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
 def test_two_workers_on_one_new_storage_finish_exactly_n_trials(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # both start at once on a file that does not exist yet: both create Optuna's schema
-    workers = [subprocess.Popen(sweep_cmd(tmp_path, 5, f"sweep.worker={w}"), env=env, stdout=subprocess.DEVNULL,
+    workers = [subprocess.Popen(sweep_cmd(tmp_path, 5, f"sweep.worker={w}", "sweep.mode=async"), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
     errs = []
     for w in workers:
@@ -98,7 +98,7 @@ def test_sigkill_of_one_of_two_workers_mid_trial_retries_its_trial(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # trials of 40 epochs (about a second each), so the poll below sees worker 0 in the middle of one
     cmd = sweep_cmd(tmp_path, 4, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
-    workers = [subprocess.Popen([*cmd, f"sweep.worker={w}"], env=env, stdout=subprocess.DEVNULL,
+    workers = [subprocess.Popen([*cmd, f"sweep.worker={w}", "sweep.mode=async"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
     victim = workers[0]
     deadline, killed_trial = time.time() + 300, None

@@ -1,5 +1,5 @@
-"""kcal.orchestrate.workers: a pool worker does not outlive the reproduction that started it, and a worker that
-dies costs only its own task."""
+"""kcal.orchestrate.workers and its parts: a pool worker does not outlive the reproduction that started it, and a
+worker that dies costs only its own task, which is trained again under its own number."""
 
 import multiprocessing
 import os
@@ -18,7 +18,7 @@ from ..data.conftest import needs
 # the worker's pid, and waits. The worker would sleep for 10 minutes if nothing stopped it.
 PARENT = """
 import multiprocessing as mp, os, sys, time
-from kcal.orchestrate.workers import exit_with_parent
+from kcal.orchestrate.tasks import exit_with_parent
 
 def worker(parent):
     import threading
@@ -106,13 +106,14 @@ def test_core_scaling_script_runs():
     assert "scaling: min" in out.stdout
 
 
-# a smoke reproduction of heart-disease XE on 3 workers: 6 trials of 40 epochs (about a second or two each, so a
-# poll sees a worker in the middle of one) and 3 seeds, one chunk each; a killed worker's trial goes stale 3 s
-# after its last heartbeat
-DEAD_WORKER_RUN = ["task=classification", "reproduce.datasets=[heart-disease]", "reproduce.objectives=[xe]",
+# a smoke reproduction of heart-disease's XE, XE + MMD and XE + MMCE on 3 workers: 6 trials each of 40 epochs
+# (about a second or two each, so a poll sees a worker in the middle of one; one trial of a study at a time, so
+# three studies keep three workers training) and 3 seeds, one chunk each
+DEAD_WORKER_RUN = ["task=classification", "reproduce.datasets=[heart-disease]", "reproduce.objectives=[xe,xe_mmd,xe_mmce]",
                    "reproduce.jobs=3", "reproduce.tables=false", "profile=smoke", "sweep.n_trials=6",
                    "seeds_run.n_seeds=3", "seeds_run.vectorized=false", "trainer.max_epochs=40",
-                   "trainer.min_epochs=40", "sweep.heartbeat_interval=1", "sweep.grace_period=3"]  # fmt: skip
+                   "trainer.min_epochs=40"]  # fmt: skip
+OBJECTIVES = ("xe", "xe_mmd", "xe_mmce")
 
 
 def wait_for(condition, timeout: float, what: str, poll_s: float = 0.1):
@@ -128,8 +129,9 @@ def wait_for(condition, timeout: float, what: str, poll_s: float = 0.1):
 @pytest.mark.slow
 @needs("heart-disease")
 def test_a_dead_worker_costs_only_its_task(tmp_path):
-    """SIGKILL one of three workers in the middle of a trial: a new worker takes its place, the two others keep
-    their processes and finish the trials they were training, and the run ends with every trial and seed once."""
+    """SIGKILL one of three workers in the middle of a trial: a new worker takes its place and trains that trial
+    again under its own number, the two others keep their processes and finish the trials they were training,
+    and the run ends with every trial and seed once."""
     import optuna
 
     from kcal.orchestrate.soak import count_problems, pool_workers, study_of
@@ -140,26 +142,28 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # fmt: skip
     try:
 
-        def training() -> dict[int, optuna.trial.FrozenTrial] | None:
-            """The trials in training, by worker pid, once all three workers train one."""
+        def training() -> dict[int, tuple[str, int]] | None:
+            """(objective, trial number) in training, by worker pid, once all three workers train one."""
+            running = {}
             try:
-                trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
+                for objective in OBJECTIVES:
+                    for t in study_of(root, "heart-disease", objective).get_trials(deepcopy=False):
+                        if t.state == optuna.trial.TrialState.RUNNING and "pid" in t.user_attrs:
+                            running[t.user_attrs["pid"]] = (objective, t.number)
             except Exception:  # noqa: BLE001 - storage or study not created yet, or busy
                 return None
             workers = pool_workers(proc.pid)
-            running = {t.user_attrs.get("pid"): t for t in trials
-                       if t.state == optuna.trial.TrialState.RUNNING and "run_dir" in t.user_attrs}  # fmt: skip
             return running if len(workers) == 3 and set(workers) <= set(running) else None
 
         running = wait_for(training, 300, "three workers training at once")
-        victim = min(running, key=lambda pid: running[pid].datetime_start)
+        victim = min(running)
         os.kill(victim, signal.SIGKILL)
-        others = {pid: running[pid].number for pid in running if pid != victim}
+        others = {pid: running[pid] for pid in running if pid != victim}
         line = wait_for(lambda: [ln for ln in err.read_text().splitlines() if "a new worker took its place" in ln],
                         120, "line about the dead worker")  # fmt: skip
-        assert (
-            len(line) == 1 and f"pid {victim}, SIGKILL" in line[0] and "trial of heart-disease/xe" in line[0]
-        )
+        objective, number = running[victim]
+        assert len(line) == 1 and f"pid {victim}, SIGKILL" in line[0], line
+        assert f"trial #{number} of heart-disease/{objective}" in line[0] and "trained again" in line[0], line
         assert all(alive(pid) for pid in others), "the other workers were stopped with the dead one"
         assert set(others) <= set(pool_workers(proc.pid)) and len(pool_workers(proc.pid)) == 3
         assert proc.wait(timeout=600) == 0, err.read_text()[-3000:]
@@ -168,10 +172,11 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     log = err.read_text()
     assert "pool started again" not in log and log.count("a new worker took its place") == 1, log[-3000:]
-    trials = {t.number: t for t in study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)}
-    assert trials[running[victim].number].state == optuna.trial.TrialState.FAIL  # stale, then retried
-    assert all(trials[n].state == optuna.trial.TrialState.COMPLETE for n in others.values()), "others cut off"
-    assert count_problems(root, "heart-disease", "xe", 6, 3) == []  # every trial and seed once
+    for pid, (objective, number) in running.items():  # the victim's trial too: trained again, same number
+        trial = study_of(root, "heart-disease", objective).get_trials(deepcopy=False)[number]
+        assert trial.state == optuna.trial.TrialState.COMPLETE, (pid == victim, trial)
+    for objective in OBJECTIVES:
+        assert count_problems(root, "heart-disease", objective, 6, 3) == []  # every trial and seed once
 
 
 @needs("heart-disease")  # the study's fingerprint hashes its raw file
@@ -191,7 +196,7 @@ def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
             IncompleteError,
             match=r"3 tasks lost in a row \(2 per worker of 1\) with no task finished",
         ) as err:
-            workers.run_pool([stage], 1, protocol_progress([stage], 1), poll_s=0.5, max_deaths=2)
+            workers.run_workers([stage], 1, protocol_progress([stage], 1), poll_s=0.5, max_deaths=2)
     finally:
         stop.set()
     assert "\n" not in str(err.value)
@@ -213,7 +218,7 @@ def test_a_pool_stopped_by_a_death_between_tasks_is_replaced(tmp_path, capsys):
     stage = heart_disease_stage(tmp_path, "sweep.n_trials=3", "seeds_run.n_seeds=2")
     try:
         kill_workers(stop := threading.Event(), times=1)
-        workers.run_pool([stage], 2, protocol_progress([stage], 2), poll_s=0.5)
+        workers.run_workers([stage], 2, protocol_progress([stage], 2), poll_s=0.5)
     finally:
         stop.set()
     err = capsys.readouterr().err
@@ -247,7 +252,7 @@ def test_a_dead_seed_chunk_is_queued_again(tmp_path, capsys):
 
     threading.Thread(target=kill_while_a_seed_trains, daemon=True).start()
     try:
-        workers.run_pool([stage], 1, protocol_progress([stage], 1), poll_s=0.5)
+        workers.run_workers([stage], 1, protocol_progress([stage], 1), poll_s=0.5)
     finally:
         stop.set()
     err = capsys.readouterr().err
@@ -258,48 +263,11 @@ def test_a_dead_seed_chunk_is_queued_again(tmp_path, capsys):
     assert count_problems(tmp_path, "heart-disease", "xe", 1, 2) == []
 
 
-@pytest.mark.slow
-@needs("heart-disease")
-def test_a_pool_stopped_while_it_waits_is_replaced_once_there_is_work(tmp_path, capsys):
-    """Workers killed while the pool only waits for a trial running elsewhere: no new pool is started for the
-    wait (three such pools on top of the broken one if it were), one once the seeds need it."""
-    import optuna
-
-    from kcal.orchestrate import workers
-    from kcal.orchestrate.reproduce import protocol_progress
-    from kcal.orchestrate.soak import count_problems, study_of
-    from kcal.sweep.studies import STATUS
-
-    first = heart_disease_stage(tmp_path, "sweep.n_trials=1", "seeds_run.n_seeds=1")
-    workers.run_pool([first], 2, protocol_progress([first], 2), poll_s=0.5)
-    elsewhere = study_of(tmp_path, "heart-disease", "xe").ask()  # the study's second trial, run elsewhere
-    capsys.readouterr()
-    stage = heart_disease_stage(tmp_path, "sweep.n_trials=2", "seeds_run.n_seeds=2")
-
-    def kill_then_finish_elsewhere():
-        wait_for(lambda: len(multiprocessing.active_children()) == 2, 60, "two workers waiting")
-        for _ in range(3):
-            for child in multiprocessing.active_children()[:1]:
-                child.kill()
-            time.sleep(1.0)  # several of run_pool's polls: it sees its pool stopped
-        elsewhere.set_user_attr(STATUS, "diverged")  # a failed trial that uses up its slot
-        study_of(tmp_path, "heart-disease", "xe").tell(elsewhere.number, state=optuna.trial.TrialState.FAIL)
-
-    threading.Thread(target=kill_then_finish_elsewhere, daemon=True).start()
-    workers.run_pool([stage], 2, protocol_progress([stage], 2), poll_s=0.5, max_deaths=2)
-    err = capsys.readouterr().err
-    assert "waiting for trials running elsewhere" in err and "a new worker took its place" not in err, err
-    assert (
-        err.count("pool started again") == 1 and "no task lost); its 0 queued tasks are queued again" in err
-    ), err
-    assert count_problems(tmp_path, "heart-disease", "xe", 2, 2) == []
-
-
 def heart_disease_stage(root, *overrides):
     from hydra import compose, initialize_config_dir
 
     from kcal.configs import CONFIG_DIR
-    from kcal.orchestrate.workers import Stage
+    from kcal.orchestrate.schedule import Stage
 
     over = ["dataset=heart-disease", "objective=xe", "profile=smoke", f"root={root}", *overrides]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -322,88 +290,6 @@ def kill_workers(stop: threading.Event, times: int | None) -> None:
     threading.Thread(target=kill, daemon=True).start()
 
 
-@pytest.mark.slow
-@needs("heart-disease")
-def test_a_worker_paused_past_the_grace_period_loses_only_its_trial(tmp_path):
-    """A worker starved of CPU (here: SIGSTOP) while it trains: its heartbeat stops, the parent fails its trial
-    as stale and re-queues it, another worker trains the retry. When the paused worker wakes, Optuna refuses its
-    tell ("Cannot tell a FAIL trial"): that costs its task, not the run (exit 0, every trial and seed once, one
-    line saying so)."""
-    import optuna
-
-    from kcal.core import layout
-    from kcal.orchestrate.soak import count_problems, pool_workers, study_of
-
-    root, err = tmp_path / "root", tmp_path / "stderr.log"
-    with err.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kcal", "reproduce", *DEAD_WORKER_RUN, f"root={root}"],
-                                stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # fmt: skip
-    victim = None
-    try:
-
-        def training() -> tuple[int, int] | None:
-            """(pid, trial number) of a worker in the middle of a trial."""
-            try:
-                trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
-            except Exception:  # noqa: BLE001 - storage or study not created yet, or busy
-                return None
-            workers = set(pool_workers(proc.pid))
-            return next(((t.user_attrs["pid"], t.number) for t in trials
-                         if t.state == optuna.trial.TrialState.RUNNING and "run_dir" in t.user_attrs
-                         and t.user_attrs.get("pid") in workers), None)  # fmt: skip
-
-        def paused() -> tuple[int, int] | None:
-            """SIGSTOP a worker seen training, then read which trial it holds now (it may have finished the one
-            seen and begun another, or be between trials: then let it go and try again)."""
-            pid, _ = wait_for(training, 300, "a worker training a trial")
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.5)  # its last writes land
-            held = [t.number for t in study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
-                    if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("pid") == pid]  # fmt: skip
-            if held and not write_locked(layout.storage_file(root)):
-                return pid, max(held)
-            os.kill(pid, signal.SIGCONT)  # between trials, or stopped inside a write (its heartbeat's): again
-            return None
-
-        victim, number = wait_for(paused, 300, "a worker paused while it held a trial")
-
-        def failed_as_stale() -> bool:
-            trials = study_of(root, "heart-disease", "xe").get_trials(deepcopy=False)
-            return trials[number].state == optuna.trial.TrialState.FAIL
-
-        wait_for(failed_as_stale, 120, f"trial #{number} failed as stale", poll_s=0.5)
-        os.kill(victim, signal.SIGCONT)
-        assert proc.wait(timeout=600) == 0, err.read_text()[-3000:]
-    finally:
-        if victim is not None and alive(victim):
-            os.kill(victim, signal.SIGCONT)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    log = err.read_text()
-    lost = [ln for ln in log.splitlines() if ln.startswith("a task was lost:")]
-    assert (
-        len(lost) == 1 and f"[heart-disease/xe] trial #{number} was failed by another process" in lost[0]
-    ), log[-3000:]
-    assert "a new worker took its place" not in log and "Traceback" not in log, log[-3000:]
-    assert count_problems(root, "heart-disease", "xe", 6, 3) == []  # every trial and seed once
-
-
-def write_locked(path) -> bool:
-    """Whether a process holds the SQLite file's write lock (a writer paused in its transaction blocks every
-    other writer until it resumes)."""
-    import sqlite3
-
-    con = sqlite3.connect(path, timeout=0.5, isolation_level=None)
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError:
-        return True
-    finally:
-        con.close()
-
-
 def test_a_busy_study_storage_costs_the_task_in_one_line(monkeypatch, tmp_path):
     """A worker whose study storage stays locked past SQLite's busy timeout raises TaskLost (the pool counts it
     like a dead worker's task), not Optuna's StorageInternalError (which ended the whole reproduction)."""
@@ -411,18 +297,18 @@ def test_a_busy_study_storage_costs_the_task_in_one_line(monkeypatch, tmp_path):
     from omegaconf import OmegaConf
 
     from kcal.core.errors import TaskLost
-    from kcal.orchestrate import workers
+    from kcal.orchestrate import tasks
 
     def locked(*args, **kwargs):
         raise optuna.exceptions.StorageInternalError(
             "An exception is raised during the commit.\n(sqlite3) database is locked"
         )
 
-    monkeypatch.setattr(workers, "open_study", locked)
+    monkeypatch.setattr(tasks, "open_study", locked)
     cfg = heart_disease_stage(tmp_path).cfg
     with pytest.raises(
         TaskLost,
-        match=r"^\[heart-disease/xe\] the study storage failed \(An exception is raised during the commit\.\); ",
+        match=r"^\[heart-disease/xe\] trial #0: the study storage failed \(An exception is raised during the commit\.\); ",
     ) as exc:
-        workers.trial_task(OmegaConf.to_container(cfg, resolve=True), 0)
+        tasks.trial_task(OmegaConf.to_container(cfg, resolve=True), 0)
     assert "\n" not in str(exc.value)

@@ -120,7 +120,7 @@ def postgres_password_url():
 def test_two_workers_on_one_postgresql_study_finish_exactly_n_trials(tmp_path, postgres_url):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = sweep_cmd(tmp_path, 4, f"sweep.storage={postgres_url}")
-    workers = [subprocess.Popen([*cmd, f"sweep.worker={w}"], env=env, stdout=subprocess.DEVNULL,
+    workers = [subprocess.Popen([*cmd, f"sweep.worker={w}", "sweep.mode=async"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
     for w in workers:
         _, err = w.communicate(timeout=400)
@@ -138,7 +138,7 @@ def test_submitit_local_jobs_join_one_study(tmp_path):
         "hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed"
     )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "kcal.sweep.search", "-m", "hydra/launcher=submitit_local", "sweep.worker=0,1",
+    cmd = [sys.executable, "-m", "kcal.sweep.search", "-m", "hydra/launcher=submitit_local", "sweep.worker=0,1", "sweep.mode=async",
            "dataset=crime", "objective=nll", *SMOKE, f"root={tmp_path}", "sweep.n_trials=4",
            f"hydra.sweep.dir={tmp_path}/multirun", "hydra.launcher.timeout_min=10"]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

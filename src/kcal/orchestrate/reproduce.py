@@ -34,12 +34,11 @@ from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.data.registry import dataset_names
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
-from kcal.orchestrate.workers import Stage, run_pool
+from kcal.orchestrate.workers import Stage, run_workers
 from kcal.paper import PAPER_DATASETS as DATASETS
 from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.reruns.seeds import SCHEMA as SEEDS_SCHEMA
-from kcal.reruns.seeds import chunks, collect, run_seeds, seed_dirs
-from kcal.sweep.search import sweep
+from kcal.reruns.seeds import chunks, collect, seed_dirs
 from kcal.sweep.studies import counted, open_study
 
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
@@ -200,16 +199,9 @@ def run_stages(cfg: DictConfig, root: Path, runnable: list[Stage], skipped: dict
     progress = protocol_progress(runnable, jobs)
     print(f"{len(runnable)} seed reruns (and their sweeps) on {jobs} worker process(es) into {root}; "
           f"{progress.status()}", file=sys.stderr, flush=True)  # fmt: skip
-    if jobs == 1:  # one process: the stages in order, each sweep then its seeds
-        for i, st in enumerate(runnable, 1):
-            print(f"[{i}/{len(runnable)}] {st.dataset} / {st.label}  ({time.perf_counter() - t0:.0f} s so far)",
-                  file=sys.stderr)  # fmt: skip
-            progress.stage = st  # sweep and run_seeds count trials and seeds; the stage weighs them
-            if st.sweeps:
-                sweep(st.cfg, progress)
-            run_seeds(st.cfg, progress)
-    else:
-        run_pool(runnable, jobs, progress)
+    run_workers(
+        runnable, jobs, progress
+    )  # one worker too: the same processes, threads and trials at any jobs
     results = collect(root)
     results_csv = layout.results_file(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ runs ``kcal reproduce`` for one (dataset, objective) on ``--workers`` pool proce
 its seeds) and, while it runs:
 
 * every ``--kill-every LO HI`` seconds (uniform, from ``--seed``; at most ``--max-kills`` times) SIGKILLs one
-  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_pool` puts a new worker in
-  its place and the others go on: a dead trial is retried once its heartbeat is stale, a dead chunk's
+  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_workers` puts a new worker in
+  its place and the others go on: a dead trial is trained again under its own number, a dead chunk's
   unfinished seeds are queued again; a worker killed while no task of the pool runs makes pebble stop the
   pool, and a new pool takes its place);
 * ``--moves`` times, the root is moved as ``state/README.md`` tells a user to move one between machines: ``kcal
@@ -19,28 +19,24 @@ its seeds) and, while it runs:
   the sweep is done, while its seeds train; a run that ends first has fewer moves (reported).
 
 At the end (:func:`check`): the last root's study holds exactly ``sweep.n_trials`` counted trials, no trial
-number is there twice and no retried trial counts beside its retry, and every seed finished once; then every
-seed is trained again from the recorded selected trial (as ``kcal seeds ... seeds_run.best_file=...`` would, but
-in the stacks the soak trained it in, :func:`fresh_seeds`) in a fresh root and its metrics must equal the
-soaked ones (tolerance: :data:`METRIC_RTOL`, or :data:`SPREAD_SHARE` of the metric's SD over the seeds). Exit 0 when all holds, 1 otherwise; one line of counts either way: the workers
-killed, the tasks whose worker died and were taken over by a new worker ("replaced in place"; a worker killed
-between tasks is replaced without a line), and the pools started again. Other ``key=value`` arguments are
-passed to every ``kcal`` command (e.g. ``profile=smoke sweep.heartbeat_interval=2 sweep.grace_period=6``).
+number is there twice, and every seed finished once; then the same command runs once more, uninterrupted, into
+a fresh root, and the soaked root must equal it: the same ``results.csv`` byte for byte and the same trials
+(number, state, parameters, value) in its study (:func:`equality_problems`). Exit 0 when all holds, 1
+otherwise; one line of counts either way: the workers killed, the tasks whose worker died and were taken over by
+a new worker ("replaced in place"; a worker killed between tasks is replaced without a line), and the pools
+started again. Other ``key=value`` arguments are passed to every ``kcal`` command (e.g. ``profile=smoke``).
 Linux only (reads ``/proc``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,20 +47,6 @@ from kcal.core import layout
 from kcal.data import get_spec
 from kcal.sweep.studies import counted
 
-METRIC_RTOL = 1e-5
-"""A soaked seed's metrics against its fresh rerun: the same code, the same stacks of the vectorised model, on the
-same machine (another process and thread count); measured equal bit for bit (50 of 50 seeds of the long soak).
-1e-5 relative (float32 training) is far below any seed-to-seed difference (~1e-2). A rerun in other stacks is
-not comparable: another stack size rounds differently in the last bits, which can move a seed's early stop by
-epochs (measured: the seeds of a soak, trained there in 7-seed stacks, trained again as one stack of 50: 14 of 50
-differ, 11 of them stopped at another epoch, by up to 0.11 in test accuracy)."""
-SPREAD_SHARE = 0.01
-"""...or, where larger, this share of the metric's standard deviation over the seeds: a metric computed after
-an iterative float32 fit (the official flavour's temperature) carries those last-bit differences of the
-weights into ~1e-4 relative (measured: temperature 0.9065 vs 0.9067, ECE 0.25794 vs 0.25797, seed 13 of a
-soak), and one near 0 (a KCE of -3e-4) has no meaningful relative scale; a seed trained from a wrong
-configuration differs by about one standard deviation."""
-
 
 @dataclass
 class Soak:
@@ -74,7 +56,7 @@ class Soak:
     kills: int = 0
     moves: int = 0
     replaced: int = 0  # tasks whose worker died, taken over by a new worker (its lines in the log)
-    restarts: int = 0  # pools pebble stopped and run_pool started again
+    restarts: int = 0  # pools pebble stopped and started again
     exit: int = 0  # the last run's exit status
 
 
@@ -119,12 +101,18 @@ def trials_done(root: Path, dataset: str, objective: str) -> int:
     return counted(study)[0] if study is not None else 0
 
 
+def reproduce_command(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+    """The soaked ``kcal reproduce`` command, without its root."""
+    task = get_spec(args.dataset).task
+    return ["reproduce", f"task={task}", f"reproduce.datasets=[{args.dataset}]",
+            f"reproduce.objectives=[{args.objective}]", f"reproduce.jobs={args.workers}", "reproduce.tables=false",
+            *overrides]  # fmt: skip
+
+
 def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
     rng = random.Random(args.seed)
     dataset, objective, n_trials = args.dataset, args.objective, args.trials
-    task = get_spec(dataset).task
-    command = ["reproduce", f"task={task}", f"reproduce.datasets=[{dataset}]", f"reproduce.objectives=[{objective}]",
-               f"reproduce.jobs={args.workers}", "reproduce.tables=false", *overrides]  # fmt: skip
+    command = reproduce_command(args, overrides)
     out = Soak(roots=[args.dir / "root0"])
     log = (args.dir / "soak.log").open("a")
     deadline = time.monotonic() + args.timeout
@@ -182,11 +170,11 @@ def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
 
 
 def check(args: argparse.Namespace, overrides: list[str], result: Soak) -> list[str]:
-    """What the soak lost or duplicated (empty: nothing): :func:`count_problems`, then every seed trained
-    again in a fresh root from the recorded selected trial must give the soaked seed's metrics."""
+    """What the soak lost, duplicated or changed (empty: nothing): :func:`count_problems`, then
+    :func:`equality_problems` against the same command run uninterrupted."""
     root, dataset, objective = result.roots[-1], args.dataset, args.objective
     problems = count_problems(root, dataset, objective, args.trials, args.seeds)
-    return problems + rerun_problems(args, overrides, root)
+    return problems + equality_problems(args, overrides, root)
 
 
 def count_problems(root: Path, dataset: str, objective: str, n_trials: int, n_seeds: int) -> list[str]:
@@ -219,78 +207,37 @@ def finished_seeds(root: Path, dataset: str, objective: str) -> list[int]:
     ]
 
 
-def soaked_stacks(root: Path, dataset: str, objective: str) -> list[list[int]]:
-    """The stacks the root's finished seeds trained in, as each seed's ``run.json`` records them (a vectorised
-    model's seeds; a seed trained alone: itself), ordered by their first seed."""
-    label, stacks = layout.label_dir(root, dataset, objective), {}
-    for k in finished_seeds(root, dataset, objective):
-        info = json.loads((layout.seed_dir(label, k) / layout.RUN_INFO_FILE).read_text())
-        stacks[tuple(info.get("vectorized", {}).get("seeds", [k]))] = None
-    return sorted((list(s) for s in stacks), key=lambda s: s[0])
+def study_trials(root: Path, dataset: str, objective: str) -> list[tuple]:
+    """(number, state, parameters, value) of every trial of the root's study."""
+    study = study_of(root, dataset, objective)
+    return (
+        [(t.number, t.state.name, t.params, t.value) for t in study.get_trials(deepcopy=False)]
+        if study
+        else []
+    )
 
 
-def fresh_seeds(dataset: str, objective: str, overrides: list[str], root: Path, fresh: Path) -> None:
-    """Train every finished seed of ``root`` again into the new root ``fresh`` from ``root``'s recorded selected
-    trial, stack by stack as they trained there (:func:`soaked_stacks`; see :data:`METRIC_RTOL`)."""
-    from hydra import compose, initialize_config_dir
-
-    from kcal.configs import CONFIG_DIR
-    from kcal.reruns.seeds import seed_dirs, seed_plan, train_seeds
-
-    best = layout.sweep_dir(root, dataset, objective) / layout.BEST_FILE
-    over = [f"dataset={dataset}", f"objective={objective}", f"seeds_run.best_file={best}", f"root={fresh}"]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("seeds", overrides=[*over, *overrides])
-    base, _ = seed_plan(cfg)
-    dirs = seed_dirs(cfg)
-    for stack in soaked_stacks(root, dataset, objective):
-        train_seeds(base, stack, [dirs[k] for k in stack], cfg)
-
-
-def rerun_problems(args: argparse.Namespace, overrides: list[str], root: Path) -> list[str]:
-    """Seeds whose metrics differ from a fresh run of the recorded selected trial (:func:`fresh_seeds`)."""
-    dataset, objective, problems = args.dataset, args.objective, []
-    fresh = args.dir / "fresh"
-    with (args.dir / "soak.log").open("a") as log, redirect_stdout(log), redirect_stderr(log):
-        fresh_seeds(dataset, objective, overrides, root, fresh)
-    seeds = finished_seeds(root, dataset, objective)
-    metrics = {}
-    for k in seeds:
-        metrics[k] = tuple(
-            json.loads(
-                layout.metrics_file(layout.seed_dir(layout.label_dir(r, dataset, objective), k)).read_text()
-            )
-            for r in (root, fresh)
+def equality_problems(args: argparse.Namespace, overrides: list[str], root: Path) -> list[str]:
+    """How the soaked ``root`` differs from the same command run uninterrupted into ``<dir>/uninterrupted``: its
+    ``results.csv`` (byte for byte) and its study's trials."""
+    dataset, objective = args.dataset, args.objective
+    fresh = args.dir / "uninterrupted"
+    with (args.dir / "soak.log").open("a") as log:
+        print(f"soak: the same command uninterrupted into {fresh}", file=log, flush=True)
+        done = subprocess.run(kcal_command([*reproduce_command(args, overrides), f"root={fresh}"]), stdout=log,
+                              stderr=log, check=False)  # fmt: skip
+    if done.returncode != 0:
+        return [f"the uninterrupted run exited {done.returncode}; see {args.dir / 'soak.log'}"]
+    problems = []
+    if layout.results_file(root).read_bytes() != layout.results_file(fresh).read_bytes():
+        problems.append("results.csv differs from the uninterrupted run's")
+    soaked, again = study_trials(root, dataset, objective), study_trials(fresh, dataset, objective)
+    if soaked != again:
+        first = next(
+            (a[0] for a, b in zip(soaked, again, strict=False) if a != b), min(len(soaked), len(again))
         )
-    spread = seed_spread([again for _, again in metrics.values()])
-    for k in seeds:
-        soaked, again = metrics[k]
-        differ = [key for key, v in soaked.items()
-                  if isinstance(v, float) and not close(v, again.get(key), spread.get(key, 0.0))]  # fmt: skip
-        if differ:
-            problems.append(
-                f"seed {k}: {', '.join(differ[:3])} differ from a fresh run of its recorded config"
-            )
+        problems.append(f"the study's trials differ from the uninterrupted run's from trial #{first} on")
     return problems
-
-
-def seed_spread(runs: list[dict]) -> dict[str, float]:
-    """Each float metric's standard deviation over the seeds (ddof 1; 0 with fewer than 2 seeds)."""
-    keys = {k for r in runs for k, v in r.items() if isinstance(v, float)}
-    out = {}
-    for key in keys:
-        vals = [r[key] for r in runs if isinstance(r.get(key), float) and r[key] == r[key]]
-        out[key] = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return out
-
-
-def close(a: float, b, spread: float = 0.0) -> bool:
-    """``|a - b| <= max(METRIC_RTOL max(|a|, |b|), SPREAD_SHARE spread)`` (both NaN: close)."""
-    if not isinstance(b, int | float):
-        return False
-    if a != a and b != b:  # both NaN
-        return True
-    return abs(a - b) <= max(METRIC_RTOL * max(abs(a), abs(b), 1e-8), SPREAD_SHARE * spread)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -328,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"soak: {args.dataset}/{args.objective} on {args.workers} workers: {args.trials} trials and {args.seeds} "
           f"seeds in {time.monotonic() - t0:.0f} s; {result.kills} workers killed, {result.replaced} replaced in place, "
           f"{result.restarts} pool restarts, {result.moves} moves ({' -> '.join(p.name for p in result.roots)}); "
-          + ("nothing lost or duplicated, every seed equals a fresh run" if not problems else "; ".join(problems)))  # fmt: skip
+          + ("nothing lost or duplicated, results.csv and trials equal to an uninterrupted run's" if not problems else "; ".join(problems)))  # fmt: skip
     sys.exit(1 if problems else 0)
 
 

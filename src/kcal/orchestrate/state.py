@@ -38,8 +38,9 @@ datasets it exports and keeps the others.
 
 Import lays a state into a root that holds none of its datasets (a new one, typically): the studies
 are copied with :func:`optuna.copy_study` into ``<root>/sweeps.db``, opened as :mod:`kcal.sweep.studies` opens
-it, and the files next to it. A trial that was running when the state was exported is failed and its
-parameters are queued again, as for a worker whose heartbeat stopped (:mod:`kcal.sweep.search`). The same
+it, and the files next to it. A trial that was running when the state was exported stays asked and is trained
+again under its own number (the deterministic sweep, :mod:`kcal.sweep.ask_tell`); in an asynchronous study it is
+failed and its parameters are queued again, as for a worker whose heartbeat stopped (:mod:`kcal.sweep.search`). The same
 ``kcal.orchestrate.reproduce`` (or ``kcal.sweep.search`` / ``kcal.reruns.seeds``) command with ``root=<root>`` then resumes:
 finished trials and seeds are kept, and a run with another configuration is refused as usual.
 """
@@ -65,6 +66,7 @@ from kcal.configs import CONFIG_DIR
 from kcal.core import layout
 from kcal.core.errors import ConfigError, exits_on_user_error
 from kcal.data import dataset_names, get_spec
+from kcal.sweep.ask_tell import study_mode
 
 MARKER = "kcal-state.json"
 JOURNAL = "journal.log"
@@ -339,7 +341,7 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
         written = [state_dir / ds, layout.paths_dir(state_dir, ds)]
         size = sum(p.stat().st_size for d in written for p in d.rglob("*") if p.is_file())
         n_seeds = sum(is_seed_metrics(rel) for rel in files)
-        note = (f"; {counts['running']} running trial(s) will be queued again by the import"
+        note = (f"; {counts['running']} running trial(s) will be trained again after the import"
                 if counts.get("running") else "")  # fmt: skip
         lines.append(f"{ds}: {describe(names, counts, n_seeds, path_seeds)} -> {state_dir / ds} "
                      f"({size / 1024:.0f} KB){note}")  # fmt: skip
@@ -352,11 +354,15 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
 
 
 def requeue_running(study: optuna.Study, storage: optuna.storages.RDBStorage) -> int:
-    """Fail the study's running trials and queue their parameters again (Optuna's retry of a trial whose
-    heartbeat stopped): their workers ran on the machine the state came from."""
+    """The study's trials running at export: a deterministic study's stay as they are, asked and not told, and the
+    resumed run trains them again under their own numbers (:mod:`kcal.sweep.ask_tell`); an asynchronous study's are
+    failed and their parameters queued again (Optuna's retry of a trial whose heartbeat stopped: their workers ran
+    on the machine the state came from). Their count."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if study_mode(study) == "deterministic":
+        return len(running)
     retry = storage.get_heartbeat_stale_trial_callback()
     study_id = storage.get_study_id_from_name(study.study_name)
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for trial in running:
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         if storage.set_trial_state_values(trial_id, state=TrialState.FAIL) and retry is not None:
@@ -393,7 +399,7 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
             n_seeds = copy_in(state_dir / ds, root / ds, journals.get(ds, []))
             path_seeds = copy_in(layout.paths_dir(state_dir, ds), layout.paths_dir(root, ds))
             counts = trial_counts(storage, names) if names else {}
-            note = f"; {requeued} trial(s) running at export queued again" if requeued else ""
+            note = f"; {requeued} trial(s) running at export trained again on resume" if requeued else ""
             lines.append(f"{ds}: {describe(names, counts, n_seeds, path_seeds)} -> {root / ds}{note}")
     return lines
 

@@ -57,6 +57,8 @@ NOT_SHAPING = (  # config keys (and everything under them) that change no number
 LEFT_OUT_AT = {
     "sweep.pruner": None,
     "sweep.startup_by": "finished",
+    "sweep.mode": "async",  # the studies made before the deterministic sweep were asynchronous
+    "sweep.batch": 1,
     "sweep.selection": "paper",
     "objective.params.flavour": "kcal",
     "objective.base_weight": 1.0,

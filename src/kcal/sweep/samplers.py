@@ -70,9 +70,12 @@ def parallel_label(sweep: Mapping) -> str:
     return "" if value == STARTUP_BY[0] else f"startup_by={value}"
 
 
-def make_sampler(cfg: DictConfig) -> optuna.samplers.TPESampler:
-    """The TPE sampler of ``cfg``'s sweep: seed ``sweep.sampler_seed + sweep.worker`` (each worker its own),
-    ``sweep.n_startup_trials`` random trials counted by ``sweep.startup_by``, constant liar."""
+def make_sampler(cfg: DictConfig, seed: int | None = None) -> optuna.samplers.TPESampler:
+    """The TPE sampler of ``cfg``'s sweep: ``sweep.n_startup_trials`` random trials counted by
+    ``sweep.startup_by``, constant liar; seed ``seed`` (the deterministic sweep's, one per trial:
+    :func:`kcal.sweep.ask_tell.trial_seed`), by default ``sweep.sampler_seed + sweep.worker`` (the
+    asynchronous mode's, each worker its own)."""
     kind = StartedStartupTPE if startup_by(cfg.sweep) == "started" else optuna.samplers.TPESampler
-    return kind(seed=int(cfg.sweep.sampler_seed) + int(cfg.sweep.worker),
+    seed = int(cfg.sweep.sampler_seed) + int(cfg.sweep.get("worker") or 0) if seed is None else int(seed)
+    return kind(seed=seed,
                 n_startup_trials=int(cfg.sweep.n_startup_trials), constant_liar=True)  # fmt: skip

@@ -73,6 +73,7 @@ from kcal.core.storage_url import keeps_password_off_disk, masked
 from kcal.data import get_spec
 from kcal.data.splits import split_sizes
 from kcal.run.setup import TRAIN_KEYS
+from kcal.sweep.ask_tell import MODES, Outcome, next_batch, sweep_mode, tell
 from kcal.sweep.pruners import SETTINGS as PRUNERS
 from kcal.sweep.pruners import CurveReporter
 from kcal.sweep.samplers import STARTUP_BY
@@ -115,6 +116,8 @@ SWEEP_KEYS = Schema({
     "sweep.study_name": text(),
     "sweep.selection": choice(lambda: SELECTIONS),
     "sweep.sampler_seed": integer(0, 2**32),
+    "sweep.mode": choice(lambda: MODES),
+    "sweep.batch": integer(1),
     "sweep.n_startup_trials": integer(0),
     "sweep.startup_by": choice(lambda: STARTUP_BY),
     "sweep.pruner": choice(lambda: PRUNERS, null="every trial trains to its early stop"),
@@ -126,6 +129,23 @@ SWEEP_KEYS = Schema({
     "sweep.overwrite": flag(),
     "sweep.adopt": flag(),
 })  # fmt: skip
+
+
+def batch_fits(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` for a pruner with ``sweep.batch`` above 1 (a pruner compares a trial with the
+    others of its batch as they train, which depends on timing), a worker number of the deterministic sweep (it has
+    one asker), or a batch in the asynchronous mode."""
+    batch = int(cfg.sweep.get("batch") or 1)
+    if batch > 1 and cfg.sweep.get("pruner"):
+        raise ConfigError(f"sweep.batch={batch} with sweep.pruner={cfg.sweep.pruner}: a pruner compares the trials "
+                          "of a batch while they train, which depends on timing; use sweep.batch=1 with a pruner")  # fmt: skip
+    worker = int(cfg.sweep.get("worker") or 0)
+    if worker and sweep_mode(cfg.sweep) == "deterministic":
+        raise ConfigError(f"sweep.worker={worker} names one of several workers on one study, which is the asynchronous "
+                          "mode: pass sweep.mode=async (the deterministic sweep has one process that asks and tells)")  # fmt: skip
+    if batch > 1 and sweep_mode(cfg.sweep) == "async":
+        raise ConfigError(f"sweep.batch={batch} is the deterministic sweep's (sweep.mode=deterministic); the "
+                          "asynchronous mode runs as many trials at once as it has workers")  # fmt: skip
 
 
 def space_fits(cfg: DictConfig) -> None:
@@ -146,7 +166,7 @@ def space_fits(cfg: DictConfig) -> None:
 
 
 #: what ``kcal sweep`` checks before it starts (:mod:`kcal.core.startup`)
-SCHEMA = TRAIN_KEYS | SWEEP_KEYS | Schema(relations=(refusal(space_fits),))
+SCHEMA = TRAIN_KEYS | SWEEP_KEYS | Schema(relations=(refusal(space_fits), refusal(batch_fits)))
 
 
 class TrialFailed(Exception):
@@ -201,85 +221,112 @@ def beat_now(trial: optuna.Trial) -> None:
         storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number))
 
 
+def train_trial(
+    cfg: DictConfig, trial: optuna.Trial, space: dict, sweep_folder: Path
+) -> float | tuple[float, ...]:
+    """Train ``trial`` into ``sweep_folder``'s ``trials/`` and record what it did (user attributes); its value.
+
+    Raises :class:`TrialFailed` (diverged, invalid config: its reason recorded) or ``optuna.TrialPruned``. The
+    trial's parameters are suggested from ``space`` (an asked trial's stored ones come back as they are)."""
+    cpu = time.process_time()
+    trial.set_user_attr(STARTED, trial.number)
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+    params = sample(trial, space)
+    applied = settings(cfg, params)
+    if applied != params:  # shared or derived entries: record the config values the params stand for
+        trial.set_user_attr(SETTINGS, applied)
+    out = layout.trial_dir(sweep_folder, trial.number)
+    trial_cfg = apply(cfg, params)
+    trial_cfg.trainer.progress_bar = False
+    trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
+    trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
+    trial_cfg.logger = None  # a Lightning logger would repeat history.csv
+    trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
+    trial.set_user_attr("run_dir", str(out))
+    # imported here: a pool's parent imports this module and trains nothing (Lightning: ~3 s to import)
+    from kcal.run import run
+
+    pruner, pruned, report = cfg.sweep.get("pruner"), [], CurveReporter(trial)
+    pareto = is_pareto(trial.study)
+
+    def prune(row: dict, epoch: int) -> bool:
+        """Report the running best of the validation curve, signed to the study's direction; True when the
+        study's pruner stops the trial."""
+        if report(float(row.get(CURVE_KEY, math.inf)), epoch):
+            pruned.append(epoch)
+        return bool(pruned)
+
+    try:
+        metrics = run(trial_cfg, out, epoch_hook=prune if pruner else None)
+        for key, share in reg_share(out, metrics.get("best_epoch")).items():
+            trial.set_user_attr(key, share)
+        if not pareto and not pruner:  # Optuna keeps intermediate values of single-objective studies only
+            for epoch, value in sorted(history_column(out, CURVE_KEY).items()):
+                trial.report(value, epoch)  # the validation curve, kept with the trial (pruning replays)
+        if pruned:
+            for key in ("val/nll", "val/acc", "val/ece", "epochs", "best_epoch"):
+                if key in metrics:
+                    trial.set_user_attr(key, metrics[key])
+            trial.set_user_attr(STATUS, "pruned")
+            raise optuna.TrialPruned(f"pruned after epoch {pruned[0]}")
+        if metrics["status"] != "ok":
+            raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
+        if selection_of(cfg) == "paper":
+            value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
+        else:
+            value = pareto_values(metrics, metrics_task(cfg))
+    except (TrialFailed, ConfigError) as exc:
+        trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
+        trial.set_user_attr("fail_reason", str(exc))
+        raise TrialFailed(str(exc)) from exc
+    finally:
+        if not cfg.sweep.keep_checkpoints:
+            shutil.rmtree(layout.checkpoint_file(out).parent, ignore_errors=True)
+        # what it cost, whatever the load
+        trial.set_user_attr(CPU_SECONDS, round(time.process_time() - cpu, 3))
+    for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
+        if key in metrics:
+            trial.set_user_attr(key, metrics[key])
+    trial.set_user_attr(STATUS, "ok")
+    return value
+
+
+def train_asked(
+    cfg: DictConfig, study: optuna.Study, number: int, space: dict, sweep_folder: Path
+) -> Outcome:
+    """Train trial ``number``, asked by the deterministic sweep's asker (:mod:`kcal.sweep.ask_tell`), with the
+    parameters it stored; how it ended, for the asker to tell. Training it again (after a kill) overwrites
+    what the first attempt recorded with the same numbers."""
+    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    trial = optuna.Trial(study, frozen._trial_id)  # Optuna's handle on a stored trial, as its own ask makes
+    try:
+        return Outcome("complete", train_trial(cfg, trial, space, sweep_folder))
+    except optuna.TrialPruned:
+        return Outcome("pruned")
+    except TrialFailed:
+        return Outcome("fail")
+
+
 def run_trial(
     cfg: DictConfig, study: optuna.Study, space: dict, sweep_folder: Path
 ) -> optuna.trial.FrozenTrial:
-    """Ask, train, tell: one trial into ``sweep_folder``'s ``trials/``, stored as complete or failed with its
-    reason (Optuna's ``optimize`` of one trial, which keeps the trial's heartbeat while it trains)."""
+    """The asynchronous mode's trial (``sweep.mode=async``): ask, train, tell one trial into ``sweep_folder``'s
+    ``trials/``, stored as complete or failed with its reason (Optuna's ``optimize`` of one trial, which keeps the
+    trial's heartbeat while it trains). A worker that finds the study's slots taken marks its trial surplus."""
     numbers = []
 
     def objective(trial: optuna.Trial) -> float | tuple[float, ...]:
         numbers.append(trial.number)
-        cpu = time.process_time()
         beat_now(trial)
-        trial.set_user_attr(STARTED, trial.number)
-        trial.set_user_attr("host", socket.gethostname())
-        trial.set_user_attr("pid", os.getpid())
         finished, _ = counted(study)
         earlier_running = sum(t.state == TrialState.RUNNING and t.number < trial.number
                               for t in study.get_trials(deepcopy=False))  # fmt: skip
         if finished + earlier_running >= int(cfg.sweep.n_trials):
+            trial.set_user_attr(STARTED, trial.number)
             trial.set_user_attr(STATUS, "surplus")
             raise TrialFailed("surplus: the study already has its trials")
-        params = sample(trial, space)
-        applied = settings(cfg, params)
-        if applied != params:  # shared or derived entries: record the config values the params stand for
-            trial.set_user_attr(SETTINGS, applied)
-        out = layout.trial_dir(sweep_folder, trial.number)
-        trial_cfg = apply(cfg, params)
-        trial_cfg.trainer.progress_bar = False
-        trial_cfg.figures = False  # per-run figures are for the seed reruns, not for every trial
-        trial_cfg.trainer.log_dce = False  # per-epoch DCE curves on the whole training split: unused here
-        trial_cfg.logger = None  # a Lightning logger would repeat history.csv
-        trial_cfg.save_checkpoint = bool(cfg.sweep.keep_checkpoints)  # else the best weights stay in memory
-        trial.set_user_attr("run_dir", str(out))
-        # imported here: a pool's parent imports this module and trains nothing (Lightning: ~3 s to import)
-        from kcal.run import run
-
-        pruner, pruned, report = cfg.sweep.get("pruner"), [], CurveReporter(trial)
-
-        def prune(row: dict, epoch: int) -> bool:
-            """Report the running best of the validation curve, signed to the study's direction; True when the
-            study's pruner stops the trial."""
-            if report(float(row.get(CURVE_KEY, math.inf)), epoch):
-                pruned.append(epoch)
-            return bool(pruned)
-
-        try:
-            metrics = run(trial_cfg, out, epoch_hook=prune if pruner else None)
-            for key, share in reg_share(out, metrics.get("best_epoch")).items():
-                trial.set_user_attr(key, share)
-            if (
-                not is_pareto(study) and not pruner
-            ):  # Optuna keeps intermediate values of single-objective studies only
-                for epoch, value in sorted(history_column(out, CURVE_KEY).items()):
-                    trial.report(value, epoch)  # the validation curve, kept with the trial (pruning replays)
-            if pruned:
-                for key in ("val/nll", "val/acc", "val/ece", "epochs", "best_epoch"):
-                    if key in metrics:
-                        trial.set_user_attr(key, metrics[key])
-                trial.set_user_attr(STATUS, "pruned")
-                raise optuna.TrialPruned(f"pruned after epoch {pruned[0]}")
-            if metrics["status"] != "ok":
-                raise TrialFailed(f"diverged at epoch {metrics.get('epoch')}")
-            if selection_of(cfg) == "paper":
-                value = trial_value(metrics, metrics_task(cfg), _n_val(cfg))
-            else:
-                value = pareto_values(metrics, metrics_task(cfg))
-        except (TrialFailed, ConfigError) as exc:
-            trial.set_user_attr(STATUS, "diverged" if isinstance(exc, TrialFailed) else "invalid_config")
-            trial.set_user_attr("fail_reason", str(exc))
-            raise TrialFailed(str(exc)) from exc
-        finally:
-            if not cfg.sweep.keep_checkpoints:
-                shutil.rmtree(layout.checkpoint_file(out).parent, ignore_errors=True)
-            # what it cost, whatever the load
-            trial.set_user_attr(CPU_SECONDS, round(time.process_time() - cpu, 3))
-        for key in ("val/nll", "val/acc", "val/ece", "val/qce", "epochs", "best_epoch"):
-            if key in metrics:
-                trial.set_user_attr(key, metrics[key])
-        trial.set_user_attr(STATUS, "ok")
-        return value
+        return train_trial(cfg, trial, space, sweep_folder)
 
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is reported by the progress line
@@ -345,12 +392,17 @@ def trial_seconds(trial: optuna.trial.FrozenTrial) -> float:
 
 
 def trial_line(
-    cfg: DictConfig, trial: optuna.trial.FrozenTrial, study: optuna.Study, cpu: float | None = None
+    cfg: DictConfig,
+    trial: optuna.trial.FrozenTrial,
+    study: optuna.Study,
+    cpu: float | None = None,
+    seconds: float | None = None,
 ) -> str:
     """``trial 37/100 (#38) done in 41 s (39 s CPU), val_nll -0.71, best -0.78`` (or the reason it failed);
-    ``cpu``: the CPU seconds its process spent on it, where known (less than the wall time on a busy machine)."""
+    ``cpu``: the CPU seconds its process spent on it, where known (less than the wall time on a busy machine);
+    ``seconds``: how long it trained (default: from its start to its end in the study)."""
     finished, _ = counted(study)
-    seconds = trial_seconds(trial)
+    seconds = trial_seconds(trial) if seconds is None else seconds
     spent = cpu_note(cpu)
     if trial.state == TrialState.COMPLETE and is_pareto(study):
         result = describe(study, trial)
@@ -371,27 +423,69 @@ def trial_line(
             f"{seconds:.0f} s{spent}, {result}, best {shown}")  # fmt: skip
 
 
+def finish_study(study: optuna.Study, cfg: DictConfig) -> None:
+    """What a finished study leaves beside its trials: ``best.json`` (and ``front.json``) once it has a
+    completed trial (:func:`write_best`); the one place a sweep's end writes them."""
+    if best_value(study) is not None:
+        write_best(study, sweep_dir(cfg))
+
+
 def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
     """Run trials until the study holds ``n_trials`` finished ones; return the study.
 
-    ``progress``: the whole run's progress (e.g. the reproduction's); default: this study's.
+    ``sweep.mode=deterministic`` (default): this process asks, trains and tells each trial
+    (:mod:`kcal.sweep.ask_tell`); ``async``: trials are asked through Optuna's ``optimize`` and share the study
+    with workers elsewhere. ``progress``: the whole run's progress (e.g. the reproduction's); default: this
+    study's.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = search_space(cfg)
     study = open_checked_study(cfg)
-    folder = sweep_dir(cfg)
     n_trials = int(cfg.sweep.n_trials)
     tag = f"{cfg.dataset.name}/{cfg.objective.name}"
     own = progress is None
     if own:
         progress = Progress(n_trials, "study", done=min(counted(study)[0], n_trials))
+    (sweep_asked if sweep_mode(cfg.sweep) == "deterministic" else sweep_async)(
+        cfg, study, space, progress, tag
+    )
+    finish_study(study, cfg)
+    if own:
+        progress.finish(f"[{tag}] {n_trials} trials finished")
+    return study
+
+
+def sweep_asked(cfg: DictConfig, study: optuna.Study, space: dict, progress: Progress, tag: str) -> None:
+    """The deterministic sweep in one process: batches asked, trained one after the other, told in order."""
+    n_trials = int(cfg.sweep.n_trials)
+    while numbers := next_batch(study, cfg, space):
+        for number in numbers:
+            finished, cpu = counted(study)[0], time.process_time()
+            outcome = train_asked(cfg, study, number, space, sweep_dir(cfg))
+            try:
+                trial = tell(study, number, outcome)
+            except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
+                raise ConfigError(f"[{tag}] trial #{number} was told by another process: a deterministic study has one "
+                                  "process that asks and tells; run several workers on one study with "
+                                  "sweep.mode=async") from None  # fmt: skip
+            cpu = time.process_time() - cpu
+            line = f"[{tag}] {trial_line(cfg, trial, study, cpu)}"
+            now = counted(study)[0]
+            progress.advance(
+                max(0, min(now, n_trials) - finished), line, "trial", trial_seconds(trial), cpu=cpu
+            )
+
+
+def sweep_async(cfg: DictConfig, study: optuna.Study, space: dict, progress: Progress, tag: str) -> None:
+    """The asynchronous mode: trials until the study is full, waiting for those running elsewhere."""
+    folder, n_trials = sweep_dir(cfg), int(cfg.sweep.n_trials)
     poll = min(int(cfg.sweep.heartbeat_interval), 10)
     waiting = False
     while True:
         fail_stale(study, cfg)
         finished, running = counted(study)
         if finished >= n_trials:
-            break
+            return
         if finished + running >= n_trials:  # the other slots are held by running trials: wait for them
             if not waiting:
                 grace = grace_s(cfg)
@@ -408,11 +502,6 @@ def sweep(cfg: DictConfig, progress: Progress | None = None) -> optuna.Study:
         now, _ = counted(study)
         line = f"[{tag}] {trial_line(cfg, trial, study, cpu)}"
         progress.advance(max(0, min(now, n_trials) - finished), line, "trial", trial_seconds(trial), cpu=cpu)
-    if best_value(study) is not None:
-        write_best(study, folder)
-    if own:
-        progress.finish(f"[{tag}] {n_trials} trials finished")
-    return study
 
 
 @keeps_password_off_disk

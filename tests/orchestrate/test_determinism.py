@@ -1,0 +1,96 @@
+"""Every number a function of the config alone: a reproduction's ``results.csv`` and its studies' trials are the
+same at any ``reproduce.jobs`` and after kills (:mod:`kcal.sweep.ask_tell`, :mod:`kcal.orchestrate.workers`).
+
+Two datasets x two objectives, with more trials than random start-up trials, so that TPE's suggestions depend on
+the trials before them; three seeds, which one worker trains as one stack and three workers as three."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ..data.conftest import needs
+
+RUN = ["task=classification", "reproduce.datasets=[heart-disease,breast-cancer]", "reproduce.objectives=[xe,xe_mmd]",
+       "profile=smoke", "sweep.n_trials=6", "sweep.n_startup_trials=2", "seeds_run.n_seeds=3",
+       "reproduce.tables=false"]  # fmt: skip
+
+
+def reproduce(root, jobs: int, **popen):
+    cmd = [sys.executable, "-m", "kcal", "reproduce", *RUN, f"reproduce.jobs={jobs}", f"root={root}"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)  # fmt: skip
+
+
+def finish(proc) -> None:
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+
+
+def trials(root) -> dict[str, list[tuple]]:
+    """Every study's trials: (number, state, params, value), by study name."""
+    import optuna
+
+    url = f"sqlite:///{root}/sweeps.db"
+    out = {}
+    for name in sorted(optuna.get_all_study_names(url)):
+        study = optuna.load_study(study_name=name, storage=url)
+        out[name] = [(t.number, t.state.name, t.params, t.value) for t in study.get_trials(deepcopy=False)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jobs1")
+    finish(reproduce(root, 1))
+    return root
+
+
+@pytest.mark.slow
+@needs("heart-disease", "breast-cancer")
+def test_one_worker_and_three_write_the_same_results_and_trials(one_worker, tmp_path):
+    finish(reproduce(tmp_path, 3))
+    assert (tmp_path / "results.csv").read_bytes() == (one_worker / "results.csv").read_bytes()
+    assert trials(tmp_path) == trials(one_worker)
+    assert all(len(ts) == 6 for ts in trials(tmp_path).values())  # no surplus, retried or failed trial
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {what} after {timeout} s")
+
+
+def complete_trials(root) -> int:
+    try:
+        return sum(state == "COMPLETE" for ts in trials(root).values() for _, state, _, _ in ts)
+    except Exception:  # noqa: BLE001 - no storage or study yet, or busy
+        return 0
+
+
+def finished_seeds(root) -> int:
+    return len(list(root.glob("*/*/seeds/*/metrics.json")))
+
+
+@pytest.mark.slow
+@needs("heart-disease", "breast-cancer")
+def test_a_reproduction_killed_twice_writes_what_an_uninterrupted_one_does(one_worker, tmp_path):
+    """SIGKILL of the whole run (parent and workers) in the middle of its sweeps, then again once its first seeds
+    finished; each time the same command resumes. The result equals one uninterrupted run's byte for byte."""
+    for until in (lambda: complete_trials(tmp_path) >= 7, lambda: finished_seeds(tmp_path) >= 1):
+        proc = reproduce(tmp_path, 2)
+        try:
+            wait_for(lambda u=until, p=proc: u() or p.poll() is not None, 600, "progress to kill at")
+            assert proc.poll() is None, "the run ended before the kill"
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finish(reproduce(tmp_path, 2))
+    assert (tmp_path / "results.csv").read_bytes() == (one_worker / "results.csv").read_bytes()
+    assert trials(tmp_path) == trials(one_worker)
