@@ -13,6 +13,7 @@ last chunk came back writes its ``summary.csv`` (:func:`kcal.reruns.seeds.summar
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,7 +25,7 @@ from optuna.trial import TrialState
 from kcal.core import layout
 from kcal.core.errors import ConfigError
 from kcal.orchestrate.costs import Prediction, predict
-from kcal.reruns.seeds import chunks, seed_dirs, seed_plan, summarize
+from kcal.reruns.seeds import chunks, plan_line, seed_dirs, seed_plan, summarize
 from kcal.sweep.ask_tell import Outcome, next_batch, sweep_mode, tell
 from kcal.sweep.search import finish_study
 from kcal.sweep.search_space import search_space
@@ -149,6 +150,7 @@ class Schedule:
             if st.study_key != key:
                 continue
             base, pending = seed_plan(st.cfg)
+            print(plan_line(st.cfg, pending), file=sys.stderr, flush=True)
             both = (OmegaConf.to_container(base), OmegaConf.to_container(st.cfg, resolve=True))
             groups = chunks(st.cfg, pending, parts=self.jobs)
             self.chunks_left[id(st)] = len(groups)

@@ -70,7 +70,7 @@ def step(schedule: Schedule, pool: Dispatcher, setbacks: Setbacks, progress: Pro
         )
         return
     if not pool.futures:
-        if not schedule.complete():
+        if pool.active and not schedule.complete():  # a stopped pool is replaced on the next turn
             raise RuntimeError("the schedule has tasks left but none it can hand out and none in training")
         return
     for task, fut in pool.collect(poll_s):

@@ -152,6 +152,13 @@ def seed_plan(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
     return base, pending
 
 
+def plan_line(cfg: DictConfig, pending: list[int]) -> str:
+    """``crime/nll: 2 of 3 seeds already finished, 1 to train``: what a rerun that starts has left."""
+    n = len(seed_dirs(cfg))
+    return (f"{cfg.dataset.name}/{cfg.seeds_run.label}: {n - len(pending)} of {n} seeds already finished, "
+            f"{len(pending)} to train")
+
+
 def chunks(cfg: DictConfig, seeds: list[int], parts: int = 1) -> list[list[int]]:
     """The seeds in the groups that train together (one vectorised model each, or one seed each): at most
     ``seeds_run.chunk_size`` a group, and at least ``parts`` groups where there are that many seeds (a
@@ -187,8 +194,7 @@ def run_seeds(cfg: DictConfig, progress: Progress | None = None) -> pd.DataFrame
     ``progress``: the whole run's progress (e.g. the reproduction's); default: these seeds'."""
     base, pending = seed_plan(cfg)
     dirs = seed_dirs(cfg)
-    print(f"{cfg.dataset.name}/{cfg.seeds_run.label}: {len(dirs) - len(pending)} of {len(dirs)} seeds already "
-          f"finished, {len(pending)} to train", file=sys.stderr)  # fmt: skip
+    print(plan_line(cfg, pending), file=sys.stderr)
     groups = chunks(cfg, pending)
     own = progress is None
     progress = progress or Progress(len(pending), "seeds")
