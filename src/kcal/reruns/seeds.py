@@ -155,8 +155,10 @@ def seed_plan(cfg: DictConfig) -> tuple[DictConfig, list[int]]:
 def plan_line(cfg: DictConfig, pending: list[int]) -> str:
     """``crime/nll: 2 of 3 seeds already finished, 1 to train``: what a rerun that starts has left."""
     n = len(seed_dirs(cfg))
-    return (f"{cfg.dataset.name}/{cfg.seeds_run.label}: {n - len(pending)} of {n} seeds already finished, "
-            f"{len(pending)} to train")
+    return (
+        f"{cfg.dataset.name}/{cfg.seeds_run.label}: {n - len(pending)} of {n} seeds already finished, "
+        f"{len(pending)} to train"
+    )
 
 
 def chunks(cfg: DictConfig, seeds: list[int], parts: int = 1) -> list[list[int]]:
