@@ -2,7 +2,7 @@
 stacked with others (:mod:`kcal.run.stacked`) takes the steps it takes alone, whatever its stack's size.
 
 torch's fused CPU Adam runs a tensor's elements in vector lanes and its last ``numel % lanes`` elements in a scalar
-loop, which rounds otherwise (it computes in double). A member alone has all of a 2-element output bias in that
+loop, which rounds otherwise. A member alone has all of a 2-element output bias in that
 tail; stacked, its bias lies in lanes or in the tail by its position in the stack. So a seed's numbers depended on
 its stack's size (adult, 10 seeds to a stack: positions 8 and 9 differed from the same seeds in a 16-seed stack, and
 seeds 1, 2, 6 and 7 from the seeds alone; docs/results/full/HISTORY.md, 2026-11-28).
