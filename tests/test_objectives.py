@@ -162,7 +162,7 @@ def _one_step(objective: Objective, weight_decay: float, clip: float | None) -> 
     from omegaconf import OmegaConf
 
     from kcal.models import build_model
-    from kcal.run.engine import adam
+    from kcal.run.optimiser import adam
     from kcal.run.stacked_net import clip_grad_norm
 
     g = torch.Generator().manual_seed(5)

@@ -45,6 +45,18 @@ def test_stack_epoch_times_training_and_validation_apart():
                      out.stdout)  # fmt: skip
 
 
+@needs("crime")
+def test_adam_step_times_the_engines_adam_against_torchs_fused_adam_in_turns():
+    cmd = [sys.executable, "-m", "kcal.bench.adam_step", "crime", "nll", "3", "dataset.max_train_rows=128",
+           "--pairs=1"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.startswith("crime nll x3 dataset.max_train_rows=128 (n=1 pairs)")
+    for what in ("epoch", "epoch CPU", "training steps"):
+        assert re.search(
+            rf"  {what}: fused [\d.]+ ms, lane [\d.]+ ms; lane / fused median [\d.]+x", out.stdout
+        )
+
+
 def test_trial_range_places_values_among_the_trials_test_metrics(tmp_path):
     trials = tmp_path / "adult" / "xe" / "sweep" / "trials"
     for n, acc in enumerate([0.80, 0.84, 0.85, 0.83]):

@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 from kcal.data.dataset import DatasetInfo, DatasetSplits, Split
 from kcal.run import setup
 from kcal.run.engine import Engine, Member
+from kcal.run.optimiser import adam
 
 from .authors import load
 from .test_regularisers import authors_draws, default_dtype
@@ -339,9 +340,9 @@ def _authors_state(net, optimizer, regression: bool) -> dict[str, torch.Tensor]:
 def _kcal_state(engine) -> dict[str, torch.Tensor]:
     model = engine.net.model
     out = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    for name, p in model.named_parameters():
+    for i, (name, _) in enumerate(model.named_parameters()):
         for moment in ("exp_avg", "exp_avg_sq"):
-            out[f"{moment}:{name}"] = engine.opt.state[p][moment].detach().clone()
+            out[f"{moment}:{name}"] = engine.opt.param_state(i)[moment].detach().clone()
     return out
 
 
@@ -356,8 +357,9 @@ def _kcal_step(cfg, data, init: dict[str, torch.Tensor], dtype, tmp: Path):
     prep = setup.prepared_from(cfg, data)
     member = Member.create(int(cfg.seed), cfg, tmp, torch.device("cpu"))
     engine = Engine(prep, [member], torch.device("cpu"))
-    model = engine.net.model.to(dtype)  # in place: the engine's Adam holds these same parameters
+    model = engine.net.model.to(dtype)
     model.load_state_dict(init, strict=True)
+    engine.opt = adam(engine.net.parameters(), cfg)  # the engine's Adam, over the parameters in ``dtype``
     n = len(data.train)
     shuffle, noise = _generator_copy(member.shuffle), _generator_copy(member.noise)
     order = torch.randperm(n, generator=shuffle)  # the engine's batch order (drop_last: one batch of n)

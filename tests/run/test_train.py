@@ -124,7 +124,8 @@ def test_a_run_whose_forecasts_are_not_finite_is_diverged_not_an_error(tmp_path,
      ("model.widths=[0,64,64]", "model.widths must be a non-empty list of integers >= 1"),
      ("trainer.batch_size=100000", "larger than the training split"),
      ("objective.weight=-2", "objective.weight must be a finite number >= 0"),
-     ("objective=xe", "choose one of")],
+     ("objective=xe", "choose one of"),
+     ("trainer.num_threads=null", "trainer.num_threads must be an integer >= 1")],
 )  # fmt: skip
 def test_invalid_values_are_rejected_before_training(override, message, tmp_path):
     base = [o for o in REGRESSION] + ["objective=nll_mmd"]

@@ -1,5 +1,6 @@
 """kcal.run.stacked: K seeds trained as one batched model equal K single ``kcal.run.run`` calls."""
 
+import copy
 import csv
 import json
 import math
@@ -12,7 +13,7 @@ from omegaconf import OmegaConf
 from kcal.core import random_streams
 from kcal.models import build_model
 from kcal.objectives import Objective
-from kcal.run import engine as E
+from kcal.run import optimiser as O
 from kcal.run import run, setup
 from kcal.run import stacked as V
 from kcal.run import stacked_net as N
@@ -210,32 +211,68 @@ def test_stacked_network_equals_single_models(task, d, m, widths, batchnorm):
                 torch.testing.assert_close(got, ref, **close, msg=f"{rows} rows")
 
 
-def test_per_member_adam_and_compaction_match_separate_optimisers():
-    gen = torch.Generator().manual_seed(0)
-    shapes = [(8, 5), (8,)]
-    stacked = [torch.randn(4, *s, generator=gen).requires_grad_() for s in shapes]
-    alone = [[p[i].detach().clone().requires_grad_() for p in stacked] for i in range(4)]
+@pytest.mark.parametrize("k", [1, 3, 7, 10, 16])
+def test_a_members_adam_steps_are_its_own_alone_whatever_its_stack_and_after_compaction(k):
+    """The engine's Adam (:class:`kcal.run.optimiser.LaneAdam`) moves each member of a stacked parameter as an
+    optimiser of that member alone moves it, bit for bit, at every stack size, also after members leave (their
+    moments kept). Sizes that are and are not multiples of the kernel's lanes (a 2-element bias, 8 x 5, 64), and
+    gradients over many orders of magnitude: torch's fused Adam fails this (its scalar tail rounds otherwise)."""
+    gen = torch.Generator().manual_seed(k)
+    shapes = [(8, 5), (2,), (64,), (3, 7)]
+    stacked = [torch.randn(k, *s, generator=gen).requires_grad_() for s in shapes]
+    alone = [[p[i].detach().clone().requires_grad_() for p in stacked] for i in range(k)]
     cfg = OmegaConf.create({"trainer": {"lr": 1e-2, "weight_decay": 5e-4}})
-    opt = E.adam(stacked, cfg)
-    opts = [E.adam(ps, cfg) for ps in alone]  # what a single run uses
-    keep = [0, 2, 3]
-    for step in range(6):
-        grads = [torch.randn(4, *s, generator=gen) for s in shapes]
-        if step == 3:  # member 1 stops: drop it from the stack and the optimiser state
+    opt = O.adam(stacked, cfg)
+    opts = [O.adam(ps, cfg) for ps in alone]  # what a single run uses
+    keep = list(range(0, k, 2)) or [0]
+    live = list(range(k))
+    for step in range(40):
+        grads = [
+            torch.randn(k, *s, generator=gen) * torch.exp(3 * torch.randn(k, *s, generator=gen))
+            for s in shapes
+        ]
+        if step == 20 and len(keep) < k:  # members leave: drop them from the stack and the optimiser state
             rows = torch.tensor(keep)
-            new = [p.detach()[rows].clone().requires_grad_() for p in stacked]
-            opt, stacked = E.compact_adam(opt, stacked, new, rows, cfg), new
-        live = keep if step >= 3 else range(4)
+            stacked = [p.detach()[rows].clone().requires_grad_() for p in stacked]
+            opt, live = opt.restricted(stacked, rows), keep
         for p, g in zip(stacked, grads, strict=True):
-            p.grad = g[list(live)].clone()
+            p.grad = g[live].clone()
         opt.step()
         for i in live:
             for p, g in zip(alone[i], grads, strict=True):
                 p.grad = g[i].clone()
             opts[i].step()
-    for pos, i in enumerate(keep):
+    for pos, i in enumerate(live):
         for p, q in zip(stacked, alone[i], strict=True):
-            assert torch.equal(p[pos], q)
+            assert torch.equal(p[pos], q), (k, i)
+
+
+def test_the_engines_adam_goes_on_from_its_saved_state_and_keeps_the_parameters_values():
+    """A :class:`~kcal.run.optimiser.LaneAdam` restored from another's ``state_dict`` over copies of its
+    parameters takes the same steps; the parameters it lays into its buffer keep their values."""
+    gen = torch.Generator().manual_seed(0)
+    params = [
+        torch.randn(4, 3, generator=gen).requires_grad_(),
+        torch.randn(128, generator=gen).requires_grad_(),
+    ]
+    values = [p.detach().clone() for p in params]
+    cfg = OmegaConf.create({"trainer": {"lr": 1e-2, "weight_decay": 5e-4}})
+    opt = O.adam(params, cfg)
+    assert all(torch.equal(p, v) for p, v in zip(params, values, strict=True))
+    grads = [[torch.randn(p.shape, generator=gen) for p in params] for _ in range(6)]
+    for g in grads[:3]:
+        for p, gi in zip(params, g, strict=True):
+            p.grad = gi.clone()
+        opt.step()
+    copies = [p.detach().clone().requires_grad_() for p in params]
+    again = O.adam(copies, cfg)
+    again.load_state_dict(copy.deepcopy(opt.state_dict()))  # as from a snapshot's file
+    for g in grads[3:]:
+        for ps, o in ((params, opt), (copies, again)):
+            for p, gi in zip(ps, g, strict=True):
+                p.grad = gi.clone()
+            o.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, copies, strict=True))
 
 
 def test_linear_plan_falls_back_per_member_where_bmm_differs(monkeypatch):

@@ -14,8 +14,8 @@ import time
 import torch
 
 from kcal.core import random_streams
-from kcal.run.engine import adam
 from kcal.run.epoch import ValidationAccumulator
+from kcal.run.optimiser import adam
 from kcal.run.setup import Prepared, build
 
 __all__ = ["bare_loop_epoch_seconds"]
@@ -33,7 +33,7 @@ def bare_loop_epoch_seconds(prep: Prepared, epochs: int, device: torch.device) -
     bs = int(cfg.trainer.batch_size)
     nb = len(train) // bs
     shuffle = torch.Generator(device=device).manual_seed(random_streams.shuffle_seed(cfg.seed))
-    opt = adam(list(model.parameters()), cfg)  # the optimiser kcal trains with (fused where torch has it)
+    opt = adam(list(model.parameters()), cfg)  # the optimiser kcal trains with
     noise = random_streams.generator(random_streams.noise_seed(cfg.seed), device)
     clip = cfg.trainer.gradient_clip_val
     ebs = cfg.trainer.eval_batch_size

@@ -6,8 +6,8 @@ allows, with no bookkeeping at all: every member's parameters stacked along dim 
 layers (training-mode ``batch_norm`` over K x width channels when the config has it), the objective on
 (K, n) batches in one pass (Gaussian NLL or cross-entropy; the regression MMD of ``nll_mmd`` with
 index-paired draws, or the classification MMD of ``xe_mmd``, both with an RBF kernel on x), per-member
-gradient clipping, fused Adam, and each epoch a validation forward with the objective. The numbers are
-random and nothing is recorded: this is a timing bound, not a trainer.
+gradient clipping, the engine's Adam (:func:`kcal.run.optimiser.adam`), and each epoch a validation forward
+with the objective. The numbers are random and nothing is recorded: this is a timing bound, not a trainer.
 
 ``kcal bench --seeds-dataset crime --seed-objectives nll nll_mmd`` reports
 ``kcal stack / this loop`` as ``seeds_vs_arithmetic`` next to ``seeds_vs_one``: where 50 models' arithmetic
@@ -26,6 +26,7 @@ from kcal.kernels import rbf_offdiag
 from kcal.metrics.regression import LOG_2PI
 from kcal.mmd.fused import GaussianRBFIndexMMD, rbf_weighted_sum
 from kcal.run.engine import step_chunks
+from kcal.run.optimiser import adam
 from kcal.run.setup import Prepared
 
 __all__ = ["BOUND_OBJECTIVES", "plain_stack_epoch_seconds"]
@@ -129,7 +130,7 @@ def plain_stack_epoch_seconds(prep: Prepared, k: int, epochs: int = 3) -> float:
         bn = [(torch.ones(k * w, device=dev, requires_grad=True), torch.zeros(k * w, device=dev, requires_grad=True))
               for w in widths]  # fmt: skip
     every = params + [p for pair in bn or [] for p in pair]
-    opt = torch.optim.Adam(every, lr=float(t.lr), weight_decay=float(t.weight_decay), fused=True)
+    opt = adam(every, cfg)
     clip = float(t.gradient_clip_val) if t.gradient_clip_val else None
     n, bs = x.shape[0], int(t.batch_size)
     ebs = int(t.eval_batch_size)

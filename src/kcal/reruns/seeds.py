@@ -165,8 +165,8 @@ def chunks(cfg: DictConfig, seeds: list[int], parts: int = 1) -> list[list[int]]
     """The seeds in the groups that train together (one vectorised model each, or one seed each): at most
     ``seeds_run.chunk_size`` a group, and at least ``parts`` groups where there are that many seeds (a
     pool of ``parts`` workers then shares a rerun instead of one worker training it while the others
-    wait; a seed's numbers depend on its group's size only through fused Adam's rounding,
-    :mod:`kcal.run.stacked`'s "Known difference 1")."""
+    wait). A group's size changes no seed's numbers: a seed trains in a stack as it trains alone
+    (:mod:`kcal.run.stacked`, "The optimiser step")."""
     size = int(cfg.seeds_run.chunk_size) if cfg.seeds_run.vectorized else 1
     size = max(1, min(size, math.ceil(len(seeds) / max(1, parts))))
     return [seeds[i : i + size] for i in range(0, len(seeds), size)]

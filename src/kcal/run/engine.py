@@ -20,9 +20,9 @@ An epoch (:meth:`Engine.epoch`) is
 
 For K = 1 the network is the model itself (:class:`SingleNet`), so a trial costs what a hand-written
 loop costs; for K > 1 it is :class:`~kcal.run.stacked_net.StackedMLP`, whose batched kernels equal the
-single model's bit for bit where a probe shows it (member by member otherwise). Adam is ``fused`` where
-torch has it for the device (element-wise, so a member's update is the same alone or stacked) and
-``foreach`` otherwise. One host synchronisation per epoch for the training means, one per validation.
+single model's bit for bit where a probe shows it (member by member otherwise). Adam is
+:class:`kcal.run.optimiser.LaneAdam`: torch's fused kernel, with every element in its vector lanes, so a member's
+update is the same alone or stacked. One host synchronisation per epoch for the training means, one per validation.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from kcal.core import random_streams
 from kcal.objectives import Objective
 from kcal.run import setup
 from kcal.run.epoch import MonitorState, ValidationAccumulator, diverged, train_values, update_bests
+from kcal.run.optimiser import adam
 from kcal.run.setup import Prepared
 from kcal.run.stacked_net import StackedMLP, clip_grad_norm, clip_grad_norm_per_member, member_slice
 
-__all__ = ["Engine", "GATHER_ELEMENTS", "Member", "SingleNet", "adam", "step_chunks"]
+__all__ = ["Engine", "GATHER_ELEMENTS", "Member", "SingleNet", "step_chunks"]
 
 #: at most this many elements of gathered batches (inputs, labels, x-kernels) per chunk of an epoch's steps
 GATHER_ELEMENTS = 1 << 23
@@ -58,28 +59,6 @@ def step_chunks(
     per_step = members * batch_size * (features + 2 + (batch_size if kernels else 0))
     size = max(1, min(steps, GATHER_ELEMENTS // max(per_step, 1)))
     return [(b0, min(b0 + size, steps)) for b0 in range(0, steps, size)]
-
-
-def adam(params: list[torch.Tensor], cfg: DictConfig) -> torch.optim.Adam:
-    """``Adam(lr, weight_decay)``, fused where torch supports it on the parameters' device (one kernel
-    per step instead of a Python loop over tensors), otherwise ``foreach``."""
-    kwargs = {"lr": float(cfg.trainer.lr), "weight_decay": float(cfg.trainer.weight_decay)}
-    try:
-        return torch.optim.Adam(params, fused=True, **kwargs)
-    except RuntimeError:  # no fused kernel for this device or dtype
-        return torch.optim.Adam(params, foreach=True, **kwargs)
-
-
-def compact_adam(old: torch.optim.Optimizer, old_params: list[torch.Tensor], new_params: list[torch.Tensor],
-                 rows: torch.Tensor, cfg: DictConfig) -> torch.optim.Adam:  # fmt: skip
-    """A fresh Adam over ``new_params`` whose state is ``old``'s restricted to members ``rows``."""
-    new = adam(new_params, cfg)
-    for p_old, p_new in zip(old_params, new_params, strict=True):
-        state = old.state.get(p_old)
-        if state:
-            new.state[p_new] = {k: (v.clone() if k == "step" or v.dim() == 0 else v[rows].clone())
-                                for k, v in state.items()}  # fmt: skip
-    return new
 
 
 class SingleNet:
@@ -410,7 +389,6 @@ class Engine:
         self.active = [self.active[p] for p in keep]
         if not keep:
             return
-        old_params = self.net.parameters()
-        rows = torch.as_tensor(keep, dtype=torch.long, device=old_params[0].device)
+        rows = torch.as_tensor(keep, dtype=torch.long, device=self.net.parameters()[0].device)
         self.net.keep(keep)
-        self.opt = compact_adam(self.opt, old_params, self.net.parameters(), rows, self.prep.cfg)
+        self.opt = self.opt.restricted(self.net.parameters(), rows)

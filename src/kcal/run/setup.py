@@ -123,7 +123,7 @@ TRAIN_KEYS = Schema({
     "trainer.batch_size": integer(2),  # BatchNorm and the MMD U-statistic need pairs
     "trainer.eval_batch_size": integer(2),
     "trainer.accelerator": choice(lambda: ACCELERATORS),
-    "trainer.num_threads": integer(1, null="torch's default"),
+    "trainer.num_threads": integer(1),  # no null: torch's default is 1 in a pool worker, the cores alone
     "trainer.progress_bar": flag(),
     "trainer.snapshot_minutes": number(0, null="no snapshots"),
     "trainer.deterministic": flag(),

@@ -17,8 +17,8 @@ initial weights come from ``kcal.run.setup.build(prep, k)``; its batch order fro
 forecast draws from its own generator seeded ``noise_seed(k)`` with exactly the call that
 ``regression_mmd`` makes (``randn((num_samples, n), generator=g)``), passed to the objective as ``eps=``;
 its validation draws from a generator re-seeded ``eval_seed(k)`` every validation epoch. The Lightning
-semantics of a single run are kept per member: Adam(lr, weight_decay) (element-wise, but see below on its
-rounding), ``clip_grad_norm_`` over all of the member's parameters, drop_last training
+semantics of a single run are kept per member: Adam(lr, weight_decay) (element-wise, and rounded alike wherever
+an element lies, see below), ``clip_grad_norm_`` over all of the member's parameters, drop_last training
 batches, validation in ``eval_batch_size`` chunks weighted by rows, and the per-epoch rules of
 :mod:`kcal.run.epoch` that the Lightning module uses too (validation metrics, running bests, divergence,
 EarlyStopping and ModelCheckpoint as :class:`~kcal.run.epoch.MonitorState`; best weights kept in memory),
@@ -43,20 +43,13 @@ Bit-identity on CPU, by construction or by probe:
   ``torch.func.functional_call``, and the validation accumulator every run uses
   (:class:`kcal.run.epoch.ValidationAccumulator`).
 
-Known difference 1, **the optimiser step** (measured 2026-11-28): torch's fused CPU Adam runs a tensor's
-elements in vector lanes and its last ``numel % lanes`` elements in a scalar tail, and the two round
-differently. A stacked parameter whose per-member size is not a multiple of the lane count (the output
-layer's bias: 2 elements a member on two classes) puts some members' elements in lanes and others in the tail,
-while a member alone has all of them in the tail. So a seed's numbers can depend on the size of its stack:
-adult (3,000 training rows, widths 512-512-64, 3 epochs) stacked 10 to a stack gives seeds 1, 2, 6 and 7
-otherwise than alone, and 3 to a stack none; positions 8 and 9 of a 10-seed stack differ from the same seeds
-in a 16-seed stack, and Adam without ``fused``/``foreach`` removes that difference. The differences are
-rounding that training can amplify into another optimum (a new draw of the seed, not a bias). The
-equivalence tests stack 3 seeds and compare with a tolerance. ``seeds_run.chunk_size`` is part of a run's
-config: to get a published row back seed for seed, train it with the stack size it was trained with
-(``run.json``'s ``vectorized.members``).
+**The optimiser step** is :class:`kcal.run.optimiser.LaneAdam`, whose update of an element does not depend on where
+the element lies (torch's fused Adam over the parameters as they are, the step before it, made a seed's numbers
+depend on its stack's size: see :mod:`kcal.run.optimiser`). So a seed's numbers are the same in a stack of any size
+(``seeds_run.chunk_size``, and the pool's split of a rerun into parts) and alone, bit for bit on one machine
+(tests/reruns/test_seed_stacks.py); ``run.json``'s ``vectorized.members`` still records the size.
 
-Known difference 2: the recorded *training* loss of cross-entropy objectives, because the batched
+Known difference: the recorded *training* loss of cross-entropy objectives, because the batched
 cross-entropy sums a batch in a different order than ``F.cross_entropy(reduction="mean")`` (a few ulps on
 ``train/loss``/``train/base`` in ``history.csv``; gradients are identical, ``metrics.json`` unaffected).
 Each member writes what ``kcal.run.run`` writes (:mod:`kcal.run.artifacts`), except Lightning's ``csv/`` log
