@@ -20,7 +20,7 @@ first use, so ``import kcal`` itself imports nothing.
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: the library's modules
 MODULES = ("baselines", "kernels", "losses", "metrics", "mmd", "recalibration")
