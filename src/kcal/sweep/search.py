@@ -23,15 +23,18 @@
   at the best epoch.
 * A diverged run or an invalid sampled config (e.g. a batch larger than the training split) is stored
   as a failed trial with its reason, and the sweep goes on.
-* A worker killed mid-trial, on any machine, stops sending its trial's heartbeat (Optuna's
+* (Asynchronous mode.) A worker killed mid-trial, on any machine, stops sending its trial's heartbeat (Optuna's
   ``heartbeat_interval``); once ``grace_period`` has passed, any worker on the study fails that trial
   and Optuna's retry callback re-queues its parameters, which the next free worker runs (a worker killed
   before its trial's first heartbeat too: :func:`kcal.sweep.studies.fail_stale`). A trial
   left behind this way, and a surplus trial (two workers racing for the last slot), is not counted.
   A worker whose remaining slots are all held by running trials waits for them (or for their
   heartbeats to go stale), so ``sweep`` returns with the study complete.
-* Several workers: TPE with ``constant_liar`` (running trials count as bad results while they run),
-  and worker ``w`` seeds its sampler with ``sampler_seed + w``.
+* ``sweep.mode=deterministic`` (default): this process asks and tells every trial, ``sweep.batch`` at a time,
+  trial ``n`` suggested by a sampler seeded from ``(sampler_seed, n)`` (:mod:`kcal.sweep.ask_tell`); a reproduction's
+  pool does the same with workers that only train. ``sweep.mode=async``: several workers on one study, each asking
+  for itself: TPE with ``constant_liar`` (running trials count as bad results while they run), worker ``w``
+  seeding its sampler with ``sampler_seed + w``, and the heartbeats below; its trials depend on timing.
 * One line per finished trial on stderr, whether or not it is a terminal.
 
 Why not hydra-optuna-sweeper: its stable release pins optuna<3 and fails with SQLAlchemy 2, and a
