@@ -1,5 +1,5 @@
 """The measurement programs docs/speed.md and docs/results/bench/README.md quote (``python -m kcal.bench.<name>``,
-``python -m kcal.publish.trial_range``) run, and print what they say."""
+``python -m kcal.publish.questions.trial_range``) run, and print what they say."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_trial_range_places_values_among_the_trials_test_metrics(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "kcal.publish.trial_range",
+        "kcal.publish.questions.trial_range",
         str(tmp_path),
         "adult",
         "xe",

@@ -112,7 +112,9 @@ def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_pat
         "crime: 1 study (2 trials: 2 complete), 2 finished seeds" in done.stdout
     )  # trials' metrics aren't seeds
     assert trials(root_b) == trials(root_a) and len(trials(root_a)) == 2
-    ranged = run([sys.executable, "-m", "kcal.publish.trial_range", root_b, "crime", "nll", "test/nll", "0"])
+    ranged = run(
+        [sys.executable, "-m", "kcal.publish.questions.trial_range", root_b, "crime", "nll", "test/nll", "0"]
+    )
     assert ranged.returncode == 0, ranged.stderr[-2000:]
     assert re.search(r"test/nll over 2 finished trials: min \S+, median \S+, max \S+\n  the selected trial #[01]: ",
                      ranged.stdout), ranged.stdout  # fmt: skip

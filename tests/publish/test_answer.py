@@ -24,8 +24,9 @@ from kcal.publish.answer import (
     why_sentences,
 )
 from kcal.publish.claims import CLAIMS
+from kcal.publish.protocol_runs import runs_studies
 from kcal.publish.protocol_spread import BEYOND, CELL_KEYS, PUBLISHED, WITHIN, replicates_of, spread_frame
-from kcal.publish.report import data_dir, runs_studies
+from kcal.publish.report import data_dir
 from kcal.publish.selected_kernels import kernel_row, kernels_markdown, selected_kernels, switched_off
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
 from kcal.publish.verdicts import SUPPORTED
@@ -161,7 +162,7 @@ def test_the_first_lines_name_every_claim_under_its_verdict_in_each_flavour(publ
     """The answer first: one line per verdict word, every claim under the verdict each flavour gives it (marked
     with the flavour where the two differ), then why and what to do; RESULTS.md opens with them."""
     from kcal.publish.answer import VERDICT_LINES, first_lines
-    from kcal.publish.tradeoff import PathCounts
+    from kcal.publish.questions.tradeoff import PathCounts
 
     results, replicates, _, kernels = published
     summaries = claim_summaries(results, {n: r for n, r in replicates.items() if n != PUBLISHED})

@@ -1,4 +1,4 @@
-"""The pre-registered equivalence rule of a cheaper protocol (kcal.publish.equivalence), at its boundaries and
+"""The pre-registered equivalence rule of a cheaper protocol (kcal.publish.questions.equivalence), at its boundaries and
 on synthetic runs drawn around the published heart-disease cells."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from kcal.core.layout import published_data
-from kcal.publish import equivalence as E
+from kcal.publish.questions import equivalence as E
 from kcal.publish.table_cells import TABLES, load_results
 
 LOWER = {m.name: m.lower_is_better for t in TABLES.values() for m in t.metrics}

@@ -1,4 +1,4 @@
-"""``kcal.publish.fronts`` against naive references: a double-loop front, the area of a union of boxes (exact
+"""``kcal.publish.questions.fronts`` against naive references: a double-loop front, the area of a union of boxes (exact
 by coordinate compression, and counted on a fine grid), hand-made cases, and Optuna's own front."""
 
 import json
@@ -9,7 +9,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from kcal.publish.fronts import (
+from kcal.publish.questions.fronts import (
     CALIBRATION_TOL,
     bootstrap_compare,
     choose,

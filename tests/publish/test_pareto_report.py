@@ -88,7 +88,7 @@ def test_publish_copies_a_roots_comparison_and_seeds_and_rewrites_only_the_block
     published.loc[published.metric == "ece", "mean"] += 0.001
     published.to_csv(folder / "heart-disease" / "results.csv", index=False)
     assert check(dest, folder) == ["pareto:heart-disease:test"]
-    with pytest.raises(SystemExit, match="run python -m kcal.publish.pareto_compare"):
+    with pytest.raises(SystemExit, match="run python -m kcal.publish.questions.pareto_compare"):
         publish(root, ["crime"], dest, folder)
 
 

@@ -1,5 +1,5 @@
 """kcal.publish.protocol_spread (the replicates' spread, its verdict rule, claims per replicate) and
-kcal.publish.selection_bootstrap (the one-run estimate), on synthetic replicates of a published dataset."""
+kcal.publish.questions.selection_bootstrap (the one-run estimate), on synthetic replicates of a published dataset."""
 
 import math
 
@@ -23,8 +23,13 @@ from kcal.publish.protocol_spread import (
     spread_frame,
     spread_markdown,
 )
+from kcal.publish.questions.selection_bootstrap import (
+    bootstrap_selected,
+    passes,
+    predicted_sd,
+    trial_metric_key,
+)
 from kcal.publish.report import data_dir
-from kcal.publish.selection_bootstrap import bootstrap_selected, passes, predicted_sd, trial_metric_key
 
 SHIFTS = {"sampler_seed=1": 0.01, "sampler_seed=2": -0.02}
 
@@ -219,7 +224,7 @@ def test_predicted_sd_in_simulated_protocol_runs_underestimates_and_the_rule_rej
 
 
 def test_the_one_run_estimate_is_compared_with_the_replicates_cell_by_cell(replicates):
-    from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
+    from kcal.publish.questions.selection_bootstrap import estimate_frame, estimate_markdown
 
     rng = np.random.default_rng(3)
     trials = {}

@@ -1,4 +1,4 @@
-"""kcal.publish.pruned_protocol: the pruned protocol's runs judged against the full protocol's on the datasets they
+"""kcal.publish.questions.pruned_protocol: the pruned protocol's runs judged against the full protocol's on the datasets they
 hold, the time saved per dataset from the runs' studies, the seven-dataset projection, and the report's blocks.
 Synthetic data folders: the published heart-disease rows as the full runs (shifted for the replicates)."""
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from kcal.core import layout
-from kcal.publish import equivalence as E
-from kcal.publish import pruned_protocol as P
+from kcal.publish.questions import equivalence as E
+from kcal.publish.questions import pruned_protocol as P
 from kcal.publish.report import data_dir
 
 DATASET = "heart-disease"

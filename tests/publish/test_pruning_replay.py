@@ -1,4 +1,4 @@
-"""Pruners replayed over recorded trials (kcal.publish.pruning_replay), on constructed studies."""
+"""Pruners replayed over recorded trials (kcal.publish.questions.pruning_replay), on constructed studies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from kcal.publish.pruning_replay import replay_study, summary
+from kcal.publish.questions.pruning_replay import replay_study, summary
 from kcal.sweep.pruners import running_best
 
 
@@ -47,7 +47,7 @@ def test_a_slow_starting_selection_is_pruned_before_the_warm_up_ends_and_kept_af
 
 
 def test_a_study_without_curves_has_no_replay_rows(tmp_path):
-    from kcal.publish.pruning_replay import replay
+    from kcal.publish.questions.pruning_replay import replay
 
     trials = tmp_path / "trials"
     trials.mkdir()
@@ -66,7 +66,7 @@ def _summary(survived, regret_max, saved) -> pd.DataFrame:
 
 
 def test_the_setting_is_chosen_by_survival_then_largest_regret_then_epochs_saved():
-    from kcal.publish.pruning_replay import MIN_SURVIVAL, choose
+    from kcal.publish.questions.pruning_replay import MIN_SURVIVAL, choose
 
     assert choose(_summary([0.9, 0.85, 0.95], [0.0, 0.0, 0.1], [0.9, 0.9, 0.1])) == "c"  # survival first
     assert choose(_summary([0.9, 0.9, 0.5], [0.02, 0.01, 0.0], [0.9, 0.1, 0.9])) == "b"  # then largest regret
@@ -80,7 +80,7 @@ def test_the_setting_is_chosen_by_survival_then_largest_regret_then_epochs_saved
 
 def test_published_replay_feeds_the_report_blocks(tmp_path):
     from kcal.core import layout
-    from kcal.publish.pruning_replay import main, pruning_blocks
+    from kcal.publish.questions.pruning_replay import main, pruning_blocks
 
     assert "no replay published yet" in pruning_blocks(tmp_path)["pruning"]
     run = layout.workers_data_dir(tmp_path, 8, "sampler_seed=1")

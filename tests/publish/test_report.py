@@ -5,6 +5,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 import pytest
@@ -248,6 +249,28 @@ def test_the_committed_report_gives_the_answer_first():
         ids = {line.split("|")[1].strip() for line in head if line.startswith("| ")}
         assert {c.id for c in CLAIMS} <= ids, sorted({c.id for c in CLAIMS} - ids)
         assert (dest / "HISTORY.md").is_file()
+
+
+def test_every_question_of_the_report_has_its_blocks_in_the_full_report():
+    """Each question the report lists (:data:`kcal.publish.report.QUESTIONS`) fills its blocks in a document of the
+    full report (its own or one report.json names), and a question that fills other blocks than it names fails."""
+    from kcal.publish import questions
+    from kcal.publish.report import QUESTIONS, documents
+
+    dest = DOCS / "full"
+    inside, outside = documents(dest)
+    placed = {
+        m.group("name") for doc in [*inside, *outside] for m in GENERATED.finditer(doc.read_text("utf-8"))
+    }
+    datasets = sorted(pd.read_csv(report_info(dest)[1] / "results.csv")["dataset"].unique())
+    for question in QUESTIONS:
+        assert set(questions.block_names(question, datasets)) <= placed, question.__name__
+
+    stray = ModuleType("stray")
+    stray.BLOCKS = ("stray:<dataset>",)
+    stray.report_blocks = lambda published: {"stray:adult": "", "stray": ""}
+    with pytest.raises(ValueError, match="stray fills the blocks"):
+        questions.filled_blocks(stray, questions.Published(dest, ["adult"], {}, pd.DataFrame(), {}))
 
 
 @needs_crime

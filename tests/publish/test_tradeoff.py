@@ -1,4 +1,4 @@
-"""kcal.publish.tradeoff: the best calibration gain at no significant cost, which regulariser wins at equal cost, the
+"""kcal.publish.questions.tradeoff: the best calibration gain at no significant cost, which regulariser wins at equal cost, the
 generated table and answer, the trade-off figure, and the report's check of its blocks."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from kcal.core import layout
 from kcal.publish import verdicts as V
-from kcal.publish.tradeoff import (
+from kcal.publish.questions.tradeoff import (
     Cell,
     at_no_cost,
     best_point,
@@ -76,7 +76,7 @@ def test_the_gain_pays_for_choosing_the_best_of_the_paths_points():
     combined SE (Bonferroni: at most 2.5 % false gains a path), not a plain 2 SE."""
     from scipy.stats import norm
 
-    from kcal.publish.tradeoff import gain_threshold, naive_false_gain
+    from kcal.publish.questions.tradeoff import gain_threshold, naive_false_gain
 
     assert gain_threshold(1) == pytest.approx(norm.ppf(0.975)) and gain_threshold(10) == pytest.approx(
         norm.ppf(0.9975)

@@ -1,4 +1,4 @@
-"""kcal.publish.worker_count: the rules that compare runs of the protocol on N workers with the runs on 1 or 2, at their
+"""kcal.publish.questions.worker_count: the rules that compare runs of the protocol on N workers with the runs on 1 or 2, at their
 boundaries, on synthetic runs (the published heart-disease rows, shifted)."""
 
 import math
@@ -8,10 +8,9 @@ import pandas as pd
 import pytest
 
 from kcal.publish import verdicts as V
+from kcal.publish.protocol_runs import Runs
 from kcal.publish.protocol_spread import PUBLISHED, prediction_half_width
-from kcal.publish.report import data_dir
-from kcal.publish.trials import KEY_COLUMNS
-from kcal.publish.worker_count import (
+from kcal.publish.questions.worker_count import (
     MARGIN,
     NOT_COMPARED,
     OUTSIDE,
@@ -20,7 +19,6 @@ from kcal.publish.worker_count import (
     README_LIMIT,
     WITHIN,
     DatasetComparison,
-    Runs,
     advice,
     agreement,
     agreement_check,
@@ -38,6 +36,8 @@ from kcal.publish.worker_count import (
     side_bound,
     trials_summary,
 )
+from kcal.publish.report import data_dir
+from kcal.publish.trials import KEY_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 EPS = 1e-6
@@ -222,7 +222,7 @@ def test_the_cell_rule_on_the_reference_runs_themselves(heart):
     """Rule 4: each reference run against the others. Four runs within 1 % of each other flag none; one run with
     every ECE tripled is worse on its ECE cells and counts as one flagged run (its cells then widen the others'
     intervals, so they are not flagged)."""
-    from kcal.publish.worker_count import flagged_runs, reference_null
+    from kcal.publish.questions.worker_count import flagged_runs, reference_null
 
     close = _runs(
         heart, {PUBLISHED: 0.0, "sampler_seed=1": 0.01, "sampler_seed=2": -0.01, "sampler_seed=3": 0.005}
@@ -245,7 +245,7 @@ def test_the_cell_rule_on_the_reference_runs_themselves(heart):
 
 
 def test_the_summary_sets_the_worker_runs_flags_beside_the_reference_runs(heart):
-    from kcal.publish.worker_count import summary_line
+    from kcal.publish.questions.worker_count import summary_line
 
     studies = pd.read_csv(data_dir("full") / "studies.csv")
     ref_results = _runs(heart, {PUBLISHED: 0.0, "sampler_seed=1": 0.01, "sampler_seed=2": -0.01})
@@ -262,7 +262,7 @@ def test_the_selected_learning_rates_are_set_side_by_side_with_those_of_the_wors
     whose cells came out worse (here: the worker run's XE, with every ECE tripled)."""
     import json
 
-    from kcal.publish.worker_count import learning_rates, lr_text
+    from kcal.publish.questions.worker_count import learning_rates, lr_text
 
     studies = pd.read_csv(data_dir("full") / "studies.csv")
 

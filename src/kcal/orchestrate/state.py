@@ -22,7 +22,7 @@ The state of a dataset is ``<state_dir>/<dataset>/``, laid out like ``<root>/<da
   leaves them out, for a run as large as blog's); with ``--history`` also its ``history.csv`` (the
   per-epoch curves of the reproduction's figures);
 * of each finished trial ``<objective>/sweep/trials/trial_<n>/metrics.json`` (its test metrics, which
-  the study does not hold: what ``src/kcal/publish/trial_range.py`` reads to place the paper's value among a
+  the study does not hold: what ``src/kcal/publish/questions/trial_range.py`` reads to place the paper's value among a
   study's trials; a resumed run does not need them). Checkpoints, figures, the rest of the
   trial folders and logs stay behind;
 * ``paths/<dataset>/``, laid out like ``<root>/paths/<dataset>/`` (the regularisation paths of

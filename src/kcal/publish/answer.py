@@ -30,9 +30,9 @@ import pandas as pd
 from kcal.publish import verdicts as V
 from kcal.publish.claims import PAPER, evaluate_all
 from kcal.publish.protocol_spread import BEYOND, CELL_KEYS, WITHIN
+from kcal.publish.questions.tradeoff import PathCounts
 from kcal.publish.selected_kernels import FLAT_KY, OFF_LOG10, switched_off
 from kcal.publish.table_cells import FLAVOURS, TABLES, comparison_frame
-from kcal.publish.tradeoff import PathCounts
 
 SUPPORTED, NOT_EVALUATED = V.SUPPORTED, V.NOT_EVALUATED
 SEED_WITHIN, SEED_DIFFERS = "within 2 SE", "differs"  # kcal.publish.table_cells.compare_cell's verdicts

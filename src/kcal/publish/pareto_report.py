@@ -3,7 +3,7 @@
     kcal pareto-report publish ROOT DATASET [DATASET ...] [--dest docs/results/pareto]
     kcal pareto-report check [--dest docs/results/pareto]
 
-``publish`` copies, per dataset, what ``python -m kcal.publish.pareto_compare ROOT DATASET`` wrote
+``publish`` copies, per dataset, what ``python -m kcal.publish.questions.pareto_compare ROOT DATASET`` wrote
 (``ROOT/pareto/DATASET/fronts.json`` and ``fronts.png``) and the dataset's rows of the root's seed reruns
 (every ``summary.csv``, :func:`kcal.reruns.seeds.collect`) into the package data folder :func:`data_dir`
 (``fronts.json``, ``results.csv``), copies the figure to ``DEST/fronts_DATASET.png``, and rewrites the
@@ -300,7 +300,7 @@ def publish(root: Path, datasets: list[str], dest: Path = DEST, folder: Path | N
         src = layout.pareto_dir(root, ds)
         if not (src / layout.FRONTS_FILE).is_file():
             raise SystemExit(f"kcal pareto-report: {src / layout.FRONTS_FILE} not found; run "
-                             f"python -m kcal.publish.pareto_compare {root} {ds} first")  # fmt: skip
+                             f"python -m kcal.publish.questions.pareto_compare {root} {ds} first")  # fmt: skip
         target = folder / ds
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / layout.FRONTS_FILE, target / layout.FRONTS_FILE)

@@ -28,7 +28,7 @@ Its **report**, ``<dest>`` (e.g. ``docs/results/full``), is everything a reader 
 
 **Regularisation paths** (``kcal paths``, :mod:`kcal.reruns.paths`) are published apart: ``kcal report --paths <root>
 <dest>`` copies ``<root>/paths/<dataset>/<objective>.{csv,json}`` into ``<data>/paths/``, draws
-``figures/tradeoff_<dataset>.png`` and fills the ``paths:*`` blocks (:mod:`kcal.publish.tradeoff`).
+``figures/tradeoff_<dataset>.png`` and fills the ``paths:*`` blocks (:mod:`kcal.publish.questions.tradeoff`).
 
 ``kcal report --check <dest>`` regenerates everything derived from the committed
 ``results.csv`` / ``studies.csv`` in memory and exits 1, naming the files, if anything committed differs
@@ -66,6 +66,7 @@ from kcal.publish.claims import claims_data, evaluate_all
 from kcal.publish.claims_text import claims_summary, profile_note
 from kcal.publish.figures.budget_curves import draw_budget_curves
 from kcal.publish.figures.tradeoff_curves import draw_tradeoff_figures
+from kcal.publish.protocol_runs import runs_studies, runs_trials
 from kcal.publish.protocol_spread import (
     PUBLISHED,
     claim_counts,
@@ -76,16 +77,21 @@ from kcal.publish.protocol_spread import (
     spread_markdown,
     summary_markdown,
 )
-from kcal.publish.pruned_protocol import pruned_blocks
-from kcal.publish.pruning_replay import pruning_blocks
+from kcal.publish.questions import (
+    Published,
+    filled_blocks,
+    pruned_protocol,
+    pruning_replay,
+    selection_bootstrap,
+    tradeoff,
+    worker_count,
+)
+from kcal.publish.questions.tradeoff import best_points, copy_paths, path_counts, read_paths
 from kcal.publish.report_tables import budget_summary, budget_table, side_by_side, studies_table
 from kcal.publish.selected_kernels import kernels_markdown, selected_kernels
-from kcal.publish.selection_bootstrap import estimate_frame, estimate_markdown
 from kcal.publish.table_cells import FLAVOURS, comparison_frame, load_results
 from kcal.publish.tables import comparison_counts, write_tables
-from kcal.publish.tradeoff import best_points, copy_paths, path_counts, read_paths, tradeoff_blocks
-from kcal.publish.trials import read_trials, trial_rows, write_trials
-from kcal.publish.worker_count import workers_blocks
+from kcal.publish.trials import trial_rows, write_trials
 from kcal.sweep.search import REG_SHARE_KEYS
 from kcal.sweep.selection import selected, value_of
 from kcal.sweep.studies import COUNTED_FAILURES, STATUS
@@ -145,24 +151,14 @@ def _iso(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-# ---- generated blocks -----------------------------------------------------------------------------
-def runs_trials(data: Path) -> dict[str, pd.DataFrame]:
-    """The kept trials of every run of the protocol published in ``data``: ``{PUBLISHED: ..., <replicate>: ...}``."""
-    kept = {PUBLISHED: read_trials(data)}
-    kept.update({name: read_trials(path) for name, path in layout.replicate_data_dirs(data).items()})
-    return kept
-
-
-def runs_studies(data: Path) -> dict[str, pd.DataFrame]:
-    """The ``studies.csv`` of every run of the protocol published in ``data``, the published run first."""
-    return {PUBLISHED: pd.read_csv(data / layout.STUDIES_FILE),
-            **{name: pd.read_csv(path / layout.STUDIES_FILE) for name, path in layout.replicate_data_dirs(data).items()
-               if (path / layout.STUDIES_FILE).is_file()}}  # fmt: skip
+# ---- the report's questions -----------------------------------------------------------------------
+QUESTIONS = (worker_count, pruning_replay, pruned_protocol, selection_bootstrap, tradeoff)
+"""The questions (:mod:`kcal.publish.questions`) whose generated blocks the report renders (:func:`render`)."""
 
 
 def draw_report_figures(data: Path, dest: Path) -> list[Path]:
-    """Redraw the report's budget figures from every run's kept trials (:func:`runs_trials`), and its trade-off
-    figures from the published regularisation paths (:mod:`kcal.publish.tradeoff`)."""
+    """Redraw the report's budget figures from every run's kept trials (:func:`kcal.publish.protocol_runs.runs_trials`),
+    and its trade-off figures from the published regularisation paths (:mod:`kcal.publish.questions.tradeoff`)."""
     runs = runs_trials(data)
     drawn = draw_budget_curves(runs.pop(PUBLISHED), layout.figures_dir(dest), replicates=runs)
     return drawn + draw_tradeoff_figures(read_paths(data), layout.figures_dir(dest))
@@ -170,7 +166,8 @@ def draw_report_figures(data: Path, dest: Path) -> list[Path]:
 
 def publish_paths(root: Path, dest: Path, datasets: list[str] | None = None) -> list[Path]:
     """Copy the regularisation paths under ``<root>/paths/`` (``kcal paths``) into the data folder of the report in
-    ``dest``, redraw its figures and regenerate it (:mod:`kcal.publish.tradeoff`); returns the files copied."""
+    ``dest``, redraw its figures and regenerate it (:mod:`kcal.publish.questions.tradeoff`); returns the files
+    copied."""
     _, data = report_info(dest)
     written = copy_paths(root, data, datasets)
     if not written:
@@ -190,7 +187,8 @@ def blocks(
     replicates: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, str]:
     """The generated blocks that read the published run alone, by name (``runs``: every run's kept trials,
-    :func:`runs_trials`; ``replicates``: the other runs' results, which enter the claims' verdicts); :func:`render` adds those that read the replicates and the data folder:
+    :func:`kcal.publish.protocol_runs.runs_trials`; ``replicates``: the other runs' results, which enter the claims'
+    verdicts); :func:`render` adds those that read the replicates and the data folder, and the questions' blocks:
 
     * ``profile``, ``withdrawn``: which profile produced the numbers; pairs withdrawn and not yet rerun;
     * ``answer:claims``, ``answer:cells``, ``answer:why``: the answer (:mod:`kcal.publish.answer`);
@@ -198,8 +196,9 @@ def blocks(
     * ``dataset:<name>``: the paper's cells next to ours; ``dataset:<name>:summary``: the same in a line;
     * ``claims``: each claim's verdict line (:mod:`kcal.publish.claims`); ``studies``: the sweep studies;
     * ``budget``, ``budget:summary``: the expected best validation score after k trials;
-    * ``protocol``, ``protocol:moves``, ``protocol:claims``, ``protocol:estimate``: the protocol's spread;
-    * ``readme``: the README's results summary (its link depends on the document it is in).
+    * ``protocol``, ``protocol:moves``, ``protocol:claims``: the protocol's spread;
+    * ``readme``: the README's results summary (its link depends on the document it is in);
+    * the blocks of each question of :data:`QUESTIONS`, which its ``BLOCKS`` name (:mod:`kcal.publish.questions`).
     """
     out = {"profile": profile_note(profile)}
     out["claims"] = "\n".join(
@@ -301,8 +300,6 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     generated["protocol"] = summary_markdown(replicates, spread)
     generated["protocol:moves"] = spread_moves(spread)
     generated["protocol:claims"] = claims_markdown(claim_counts(replicates)) if replicates else "(none yet)"
-    estimate = estimate_frame(spread, replicates, kept) if not spread.empty else pd.DataFrame()
-    generated["protocol:estimate"] = estimate_markdown(estimate)
     (out / "report.json").write_text(
         json.dumps(report_json(dest, results, others, spread), indent=1, ensure_ascii=False) + "\n",
         encoding="utf-8",
@@ -318,12 +315,12 @@ def render(dest: Path, out: Path) -> dict[Path, str]:
     generated["answer:cells"] = cells_table(classes)
     generated["answer:why"] = why_sentences(kernels)
     generated["selection"] = kernels_markdown(kernels)
-    generated.update(workers_blocks(data))  # ``workers``, ``workers:summary``: runs on N worker processes
-    generated.update(pruning_blocks(data))  # ``pruning``, ``pruning:summary``: pruners replayed over studies
-    generated.update(pruned_blocks(data))  # ``pruned``, ``pruned:summary``: the pruned protocol's runs judged
     for ds in sorted(set(results["dataset"])):
         generated[f"dataset:{ds}:summary"] = dataset_line(summaries, classes, ds)
-    generated.update(tradeoff_blocks(data, [d for d in dataset_names() if d in set(results["dataset"])]))
+    published = Published(data, [d for d in dataset_names() if d in set(results["dataset"])], replicates, spread,
+                          kept)  # fmt: skip
+    for question in QUESTIONS:
+        generated.update(filled_blocks(question, published))
     if replicates:
         (out / "protocol_spread.md").write_text(
             f"# The protocol's own spread ({profile})\n\n{generated['protocol']}\n\n## Cells\n\n"

@@ -9,10 +9,10 @@ its replicates (which ran on 1 or 2 workers, every trial to its early stop), cha
   parallel setting differs from the protocol's too (a fix tried, ``sweep.startup_by``,
   :mod:`kcal.sweep.samplers`),
   under ``workers/jobs=<N>,<key>=<value>/``; the report compares them in its own section
-  (:mod:`kcal.publish.worker_count`);
+  (:mod:`kcal.publish.questions.worker_count`);
 * with its sweeps pruned (``sweep.pruner=<name>``): a *pruned protocol* run, published under
   ``<data>/pruned/<name>/sampler_seed=<k>/`` (:func:`kcal.core.layout.pruned_data_dir`) and judged against the
-  full protocol's runs by the rule of :mod:`kcal.publish.equivalence` (:mod:`kcal.publish.pruned_protocol`).
+  full protocol's runs by the rule of :mod:`kcal.publish.questions.equivalence` (:mod:`kcal.publish.questions.pruned_protocol`).
 
 Each folder holds ``results.csv``, ``studies.csv``, ``trials/`` (every trial, its validation and test metrics and
 its per-epoch ``curve``; :mod:`kcal.publish.trials`) and ``provenance.json`` (:func:`provenance`: the ``kcal

@@ -36,7 +36,7 @@ the next dataset). Progress then counts the points every process finished. Per r
   that trained its seeds, read from their ``run.json`` (:func:`trainings`: a process stopped before a path was
   complete loses neither).
 
-``kcal report --paths <root> docs/results/full`` publishes them (:mod:`kcal.publish.tradeoff`).
+``kcal report --paths <root> docs/results/full`` publishes them (:mod:`kcal.publish.questions.tradeoff`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The pruners a sweep can stop trials with (``sweep.pruner``), by name, and the value a trial reports.
 
 A pruned protocol is not the paper's: it is published under its own name, and is worth having only where a
-replay over the full protocol's trials (:mod:`kcal.publish.pruning_replay`) and replicates show that it
+replay over the full protocol's trials (:mod:`kcal.publish.questions.pruning_replay`) and replicates show that it
 selects as well. Names: ``median_warmupW`` (Optuna's ``MedianPruner``: 5 startup trials, no pruning in the
 first ``W`` epochs) and ``sha_minR`` (``SuccessiveHalvingPruner``, minimum resource ``R`` epochs, reduction
 factor 3). Each epoch a trial reports the *running best* of its validation NLL (:func:`running_best`; for

@@ -8,7 +8,7 @@
 * ``started``: trials that have *started*, i.e. the first ``n_startup_trials`` trials by number are random at
   any worker count (:class:`StartedStartupTPE`), and every later trial is sampled by TPE from the trials
   finished by then (with constant liar, the running ones count as the worst seen). This is the fix tried for
-  the worker-count replicates (:mod:`kcal.publish.worker_count`): it keeps the random share of the budget
+  the worker-count replicates (:mod:`kcal.publish.questions.worker_count`): it keeps the random share of the budget
   what it is on 1 worker.
 
 A run whose setting differs from the protocol's is published as its own group of worker runs

@@ -1,5 +1,5 @@
 """The trade-off a user chooses from: per dataset, the calibration error against the cost along every
-regularisation path (:mod:`kcal.publish.tradeoff`), drawn from the published path tables.
+regularisation path (:mod:`kcal.publish.questions.tradeoff`), drawn from the published path tables.
 
 One column per calibration metric of the task (ECE; QCE and DCE), the cost on the x-axis (accuracy in %, NLL), exact
 flavour, mean ± SE over seeds as error bars on both axes. Each path is a solid line from λ = 0 through its grid (λ
@@ -17,7 +17,7 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.core.plotting import COLORS, new_figure, objective_label, objective_sort_key, save_figure
-from kcal.publish.tradeoff import (
+from kcal.publish.questions.tradeoff import (
     CALIBRATION,
     COST,
     FIGURE_KIND,

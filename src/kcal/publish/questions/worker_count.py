@@ -71,15 +71,10 @@ import pandas as pd
 from kcal.core import layout
 from kcal.publish import verdicts as V
 from kcal.publish.claims import CLAIMS, evaluate_claim
-from kcal.publish.protocol_spread import (
-    ALPHA,
-    PUBLISHED,
-    chance_range,
-    prediction_half_width,
-    replicate_cells,
-)
-from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, load_results, normalise_results
-from kcal.publish.trials import read_trials
+from kcal.publish.protocol_runs import Runs, read_runs, reference_folders
+from kcal.publish.protocol_spread import ALPHA, chance_range, prediction_half_width, replicate_cells
+from kcal.publish.questions import Published
+from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, normalise_results
 
 MARGIN = 0.02
 """How far below the reference runs' median best score a trial still counts as near the best (rule 5)."""
@@ -94,6 +89,8 @@ README_FIX = "on more than 2 workers, add `sweep.startup_by=started`"
 """What the README advises about workers (tests/publish/test_worker_count.py checks that it still says so); the
 protocol's default ``reproduce.jobs`` is the CPU count."""
 WITHIN, OUTSIDE = "within", "outside"
+BLOCKS = ("workers:summary", "workers")
+"""The report's generated blocks that :func:`workers_blocks` fills: the verdicts (RESULTS.md), every number (DETAILS.md)."""
 NONE_YET = "(no worker-count replicate published yet)"
 NOT_COMPARED = "not compared (fewer than 2 reference runs)"
 
@@ -276,29 +273,6 @@ def dataset_verdict(selection: Sequence[str], cells: pd.DataFrame, claims: str) 
 
 
 # ---- the published runs --------------------------------------------------------------------------------------
-@dataclass
-class Runs:
-    """Every run's results, studies and kept trials, by run name."""
-
-    results: dict
-    studies: dict
-    trials: dict
-
-
-def read_runs(folders: dict) -> Runs:
-    runs = Runs({}, {}, {})
-    for name, folder in folders.items():
-        runs.results[name] = load_results(layout.results_file(folder))
-        studies = Path(folder) / layout.STUDIES_FILE
-        runs.studies[name] = pd.read_csv(studies) if studies.is_file() else pd.DataFrame(columns=["dataset"])
-        runs.trials[name] = read_trials(folder)
-    return runs
-
-
-def reference_folders(data: Path) -> dict[str, Path]:
-    return {PUBLISHED: Path(data), **layout.replicate_data_dirs(data)}
-
-
 def _pair(frame: pd.DataFrame, dataset: str, objective: str) -> pd.DataFrame:
     return frame[(frame["dataset"] == dataset) & (frame["objective"] == objective)]
 
@@ -572,7 +546,7 @@ def details_block(found: list[DatasetComparison]) -> str:
     out = [
         "Reference runs: the published run and its replicates (1 or 2 worker processes); worker runs: "
         "`workers/jobs=<N>/sampler_seed=<k>` in the published data (command and commit in each "
-        "`provenance.json`). Rules: `kcal.publish.worker_count` (a 95 % prediction interval from the reference runs, "
+        "`provenance.json`). Rules: `kcal.publish.questions.worker_count` (a 95 % prediction interval from the reference runs, "
         f"t with R - 1 degrees of freedom; near the best: a score at least the reference runs' median best "
         f"score less {MARGIN:g}).", "",
         "| dataset | objective | best score, 1-2 workers | mean ± prediction (one run) | N workers | each | "
@@ -616,6 +590,11 @@ def details_block(found: list[DatasetComparison]) -> str:
 
 
 def workers_blocks(data: Path) -> dict[str, str]:
-    """The report's generated blocks ``workers:summary`` (RESULTS.md) and ``workers`` (DETAILS.md)."""
+    """The report's generated blocks :data:`BLOCKS`: ``workers:summary`` (RESULTS.md) and ``workers`` (DETAILS.md)."""
     found = comparisons(Path(data))
     return {"workers:summary": summary_block(found), "workers": details_block(found)}
+
+
+def report_blocks(published: Published) -> dict[str, str]:
+    """:func:`workers_blocks` of the published data folder (:mod:`kcal.publish.questions`)."""
+    return workers_blocks(published.data)

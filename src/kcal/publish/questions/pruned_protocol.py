@@ -6,7 +6,7 @@
 the published run and its replicates (:mod:`kcal.publish.protocol_spread`). Both are restricted to the datasets
 the pruned runs hold, so every count compares like with like.
 
-**The verdict** is :func:`kcal.publish.equivalence.judge` (its four counts and their constants were fixed
+**The verdict** is :func:`kcal.publish.questions.equivalence.judge` (its four counts and their constants were fixed
 before any pruned run), *provisional* until :data:`PLANNED_RUNS` runs of each dataset are in (issue 43: 5 on
 heart-disease and breast-cancer, 3 on crime). A protocol that is not *equivalent* ships only as an experiment:
 the full protocol stays the reference.
@@ -46,32 +46,17 @@ import numpy as np
 import pandas as pd
 
 from kcal.core import layout
-from kcal.publish import equivalence as E
+from kcal.publish.protocol_runs import Runs, read_runs, reference_folders
+from kcal.publish.questions import Published
+from kcal.publish.questions import equivalence as E
 from kcal.publish.trials import read_curve
-from kcal.publish.worker_count import Runs, read_runs, reference_folders
 from kcal.sweep.search import CPU_SECONDS
 
 PLANNED_RUNS = {"heart-disease": 5, "breast-cancer": 5, "crime": 3}
 """Runs of the pruned protocol per dataset that issue 43 asks for; the verdict is provisional below these."""
+BLOCKS = ("pruned:summary", "pruned")
+"""The report's generated blocks that :func:`pruned_blocks` fills: the verdict (RESULTS.md), its counts (DETAILS.md)."""
 NONE_YET = "(no pruned protocol run published yet: `kcal variant-report <root> <report> --commit <sha>`)"
-
-
-def read(folders: Mapping[str, Path], datasets: set[str] | None = None) -> Runs:
-    """Each run's results, studies and trials (:func:`kcal.publish.worker_count.read_runs`), restricted to
-    ``datasets`` (None: all); a run without rows of them is left out."""
-    runs = read_runs(folders)
-    if datasets is None:
-        return runs
-    out = Runs({}, {}, {})
-    for name, results in runs.results.items():
-        results = results[results["dataset"].isin(datasets)].reset_index(drop=True)
-        if len(results):
-            out.results[name] = results
-            for part, frame in ((out.studies, runs.studies[name]), (out.trials, runs.trials[name])):
-                part[name] = frame[frame["dataset"].isin(datasets)].reset_index(drop=True)
-    return out
-
-
 BUDGET_STATES = ("complete", "pruned")
 """The trials of a sweep's budget, whose epochs count."""
 WORKERS = 2
@@ -162,9 +147,9 @@ class PrunedComparison:
 
 def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> PrunedComparison:
     """The verdict, the time saved and the projection of one pruner's runs (``folders``: by run name)."""
-    pruned = read(folders)
+    pruned = read_runs(folders)
     datasets = {d for r in pruned.results.values() for d in r["dataset"]}
-    full = read(reference_folders(data), datasets)
+    full = read_runs(reference_folders(data), datasets)
     judgement = E.judge(full.results, pruned.results, full.studies, pruned.studies)
     runs = {
         d: sorted(n for n, r in pruned.results.items() if d in set(r["dataset"])) for d in sorted(datasets)
@@ -172,7 +157,9 @@ def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> Prun
     full_runs = {
         d: sorted(n for n, r in full.results.items() if d in set(r["dataset"])) for d in sorted(datasets)
     }
-    workers = read({f"{label}/{n}": f for (label, n), f in layout.workers_data_dirs(data).items()}, datasets)
+    workers = read_runs(
+        {f"{label}/{n}": f for (label, n), f in layout.workers_data_dirs(data).items()}, datasets
+    )
     times = time_rows(full, pruned, {**full.trials, **workers.trials})
     saved = saved_shares(times)
     published = pd.read_csv(Path(data) / layout.STUDIES_FILE)
@@ -219,7 +206,7 @@ def summary_line(c: PrunedComparison) -> str:
     full, pruned = c.projected
     ship = ("it may replace the full protocol" if j.verdict == E.EQUIVALENT and c.final
             else "it ships only as an experiment; the full protocol stays the reference")  # fmt: skip
-    return (f"**`{c.pruner}`: {j.verdict}** ({_runs_in(c)}) by the rule of `kcal.publish.equivalence`, fixed "
+    return (f"**`{c.pruner}`: {j.verdict}** ({_runs_in(c)}) by the rule of `kcal.publish.questions.equivalence`, fixed "
             f"before the runs: {ship}. Share of the sweeps saved (median over runs; of CPU hours where both sides "
             f"recorded them, else of epochs, else of trial hours): {saved}; the seven datasets' sweeps on {WORKERS} workers, projected from the published run's "
             f"trial hours: {full:.1f} h -> {pruned:.1f} h.")  # fmt: skip
@@ -269,6 +256,11 @@ def details_block(found: list[PrunedComparison]) -> str:
 
 
 def pruned_blocks(data: Path) -> dict[str, str]:
-    """The report's generated blocks ``pruned:summary`` (RESULTS.md) and ``pruned`` (DETAILS.md)."""
+    """The report's generated blocks :data:`BLOCKS`: ``pruned:summary`` (RESULTS.md) and ``pruned`` (DETAILS.md)."""
     found = comparisons(Path(data))
     return {"pruned:summary": summary_block(found), "pruned": details_block(found)}
+
+
+def report_blocks(published: Published) -> dict[str, str]:
+    """:func:`pruned_blocks` of the published data folder (:mod:`kcal.publish.questions`)."""
+    return pruned_blocks(published.data)

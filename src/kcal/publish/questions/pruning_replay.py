@@ -1,8 +1,8 @@
 """Pruners replayed over finished studies: what Optuna's Median and SuccessiveHalving pruners would have cut,
 and whether the protocol would still have selected what it selected.
 
-    python -m kcal.publish.pruning_replay <data folder> [<data folder> ...] [--out replay.csv]
-    python -m kcal.publish.pruning_replay --publish src/kcal/resources/results/full
+    python -m kcal.publish.questions.pruning_replay <data folder> [<data folder> ...] [--out replay.csv]
+    python -m kcal.publish.questions.pruning_replay --publish src/kcal/resources/results/full
 
 ``--publish <data>`` replays every folder under the published data folder ``<data>`` whose trials carry curves
 (its runs on N worker processes, its replicates and experiments) and writes the rows to
@@ -42,9 +42,13 @@ import optuna
 import pandas as pd
 
 from kcal.core import layout
+from kcal.publish.questions import Published
 from kcal.publish.trials import read_curve, read_trials
 from kcal.sweep.pruners import SETTINGS, CurveReporter
 
+BLOCKS = ("pruning:summary", "pruning")
+"""The report's generated blocks that :func:`pruning_blocks` fills: the chosen setting (RESULTS.md), every setting
+(DETAILS.md)."""
 COLUMNS = ["dataset", "objective", "source", "setting", "trials", "pruned", "survived", "regret",
            "epochs_full", "epochs_pruned", "epochs_saved", "selected_full", "selected_pruned", "reg_share_full",
            "reg_share"]  # fmt: skip
@@ -186,11 +190,11 @@ def _pct(x: float) -> str:
 
 
 def pruning_blocks(data: Path) -> dict[str, str]:
-    """The report's generated blocks ``pruning:summary`` (RESULTS.md) and ``pruning`` (DETAILS.md), from the
-    published ``pruning_replay.csv`` (none yet: a line saying so)."""
+    """The report's generated blocks :data:`BLOCKS`, ``pruning:summary`` (RESULTS.md) and ``pruning``
+    (DETAILS.md), from the published ``pruning_replay.csv`` (none yet: a line saying so)."""
     path = layout.pruning_replay_file(data)
     if not path.is_file():
-        none = "(no replay published yet: `python -m kcal.publish.pruning_replay --publish <data>`)"
+        none = "(no replay published yet: `python -m kcal.publish.questions.pruning_replay --publish <data>`)"
         return {"pruning:summary": none, "pruning": none}
     rows = pd.read_csv(path)
     table = summary(rows)
@@ -218,14 +222,14 @@ def pruning_blocks(data: Path) -> dict[str, str]:
                    f"{_pct(r['survived'])} of them (largest regret {r['regret_max']:.3g}) and saves a median "
                    f"{_pct(r['epochs_saved'])} of the sweeps' epochs")  # fmt: skip
     short = (f"Pruners replayed over {n} studies' per-epoch curves: {verdict}. Whether a pruned protocol gives "
-             "the same answer is judged on its own replicates by `kcal.publish.equivalence` (below); the full "
-             "protocol stays the reference unless one is shown equal.")  # fmt: skip
+             "the same answer is judged on its own replicates by `kcal.publish.questions.equivalence` (below); the "
+             "full protocol stays the reference unless one is shown equal.")  # fmt: skip
     return {"pruning:summary": short, "pruning": details}
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m kcal.publish.pruning_replay", description=__doc__.split("\n\n")[0]
+        prog="python -m kcal.publish.questions.pruning_replay", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("folders", nargs="*", type=Path, help="published data folders with trials/ tables")
     p.add_argument("--out", type=Path, help="write the per-study rows here (CSV)")
@@ -250,3 +254,8 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def report_blocks(published: Published) -> dict[str, str]:
+    """:func:`pruning_blocks` of the published data folder (:mod:`kcal.publish.questions`)."""
+    return pruning_blocks(published.data)

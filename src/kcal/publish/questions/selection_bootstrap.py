@@ -29,8 +29,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from kcal.publish.questions import Published
+
 COVERAGE = 0.8
 MAX_FACTOR = 2.0
+BLOCKS = ("protocol:estimate",)
+"""The report's generated block that :func:`report_blocks` fills (RESULTS.md)."""
 
 
 def trial_metric_key(flavour: str, recalibrator: str, metric: str) -> str:
@@ -124,3 +128,14 @@ def estimate_markdown(frame: pd.DataFrame) -> str:
         lines.append(f"| {r['flavour']} | {r['table']} | {r['dataset']} | {r['row']} | {r['metric']} "
                      f"| {r['predicted']:.4g} | {r['sd']:.4g} ({r['sd_low']:.4g}-{r['sd_high']:.4g}) |")  # fmt: skip
     return "\n".join(lines)
+
+
+def report_blocks(published: Published) -> dict[str, str]:
+    """The report's generated block :data:`BLOCKS`, ``protocol:estimate``: :func:`estimate_markdown` of
+    :func:`estimate_frame` over the published replicates and their kept trials (none without a measured spread;
+    :mod:`kcal.publish.questions`)."""
+    spread = published.spread
+    estimate = (
+        estimate_frame(spread, published.replicates, published.kept) if not spread.empty else pd.DataFrame()
+    )
+    return {"protocol:estimate": estimate_markdown(estimate)}

@@ -1,13 +1,13 @@
 """Compare the validation fronts of the plain objective and each regularised one, for one dataset.
 
-    python -m kcal.publish.pareto_compare ROOT DATASET [--out DIR] [--boot 1000]
+    python -m kcal.publish.questions.pareto_compare ROOT DATASET [--out DIR] [--boot 1000]
 
 Reads the ``sweep.selection=pareto`` studies of ``DATASET`` in ``ROOT/sweeps.db`` (one per objective of the
 paper's list for the dataset's task), and writes to ``--out`` (default ``ROOT/pareto/DATASET``):
 
-* ``fronts.json``: per regularised objective, :func:`kcal.publish.fronts.bootstrap_compare` against the plain
-  objective (one shared reference point, :func:`kcal.publish.fronts.common_reference`), and the points the two
-  rules choose (:func:`kcal.publish.fronts.choose`) with their values and regulariser shares;
+* ``fronts.json``: per regularised objective, :func:`kcal.publish.questions.fronts.bootstrap_compare` against the plain
+  objective (one shared reference point, :func:`kcal.publish.questions.fronts.common_reference`), and the points the two
+  rules choose (:func:`kcal.publish.questions.fronts.choose`) with their values and regulariser shares;
 * ``fronts.png``: every study's trials and front on the two validation metrics;
 * a Markdown table on stdout.
 """
@@ -24,7 +24,7 @@ import optuna
 from kcal.core import layout
 from kcal.data import get_spec
 from kcal.paper import PAPER_OBJECTIVES
-from kcal.publish import fronts
+from kcal.publish.questions import fronts
 from kcal.sweep.search import REG_SHARE_AT_BEST, REG_SHARE_MEDIAN
 from kcal.sweep.selection import metric_names
 from kcal.sweep.studies import counted

@@ -1,6 +1,6 @@
 """Place a value (the paper's, typically) among the test metrics of a study's own trials.
 
-    python -m kcal.publish.trial_range ROOT DATASET OBJECTIVE METRIC VALUE [VALUE ...]
+    python -m kcal.publish.questions.trial_range ROOT DATASET OBJECTIVE METRIC VALUE [VALUE ...]
 
 Reads every finished trial's ``metrics.json`` under ``ROOT/DATASET/OBJECTIVE/sweep/trials/`` (a run's root,
 or a root imported from ``kcal.orchestrate.state``, which carries them) and prints, for ``METRIC`` (a key of those

@@ -45,6 +45,7 @@ from kcal.core import layout
 from kcal.core.plotting import objective_label, objective_sort_key
 from kcal.data.registry import dataset_names, get_spec
 from kcal.publish import verdicts as V
+from kcal.publish.questions import Published
 
 FLAVOUR = "exact"
 CALIBRATION = {"classification": ("ece",), "regression": ("qce", "dce")}
@@ -550,3 +551,9 @@ def tradeoff_blocks(data: Path, datasets: list[str]) -> dict[str, str]:
         out[f"paths:{dataset}"] = dataset_table(bests, ws, dataset, records)
         out[f"paths:{dataset}:full"] = full_table(paths, dataset)
     return out
+
+
+def report_blocks(published: Published) -> dict[str, str]:
+    """:func:`tradeoff_blocks` of the published data folder, for the report's datasets
+    (:mod:`kcal.publish.questions`)."""
+    return tradeoff_blocks(published.data, published.datasets)
