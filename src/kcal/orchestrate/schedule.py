@@ -3,10 +3,11 @@ processes that run them (:mod:`kcal.orchestrate.dispatch`) and from what a lost 
 (:mod:`kcal.orchestrate.recovery`).
 
 A :class:`Schedule` holds the plan's stages (a seed rerun each; the first stage of a (dataset, objective)
-owns its sweep). Seed chunks of the studies that finished go first; then the next asked trial of the first
-study in the plan's order that has one. A study is asked for its next batch (:func:`kcal.sweep.ask_tell.next_batch`)
+owns its sweep). Seed chunks of the studies that finished go first; then the next asked trial of the study with the
+most work left that has one. A study is asked for its next batch (:func:`kcal.sweep.ask_tell.next_batch`)
 only once none of its trials is queued or in training, so its trials are those of the deterministic sweep
-whatever the number of workers; this process asks and tells them all. A finished study writes its
+whatever the number of workers; this process asks and tells them all. Of the studies, the one with the most
+predicted trial seconds left goes first (:meth:`Schedule.by_work_left`): its trials are the run's critical path. A finished study writes its
 ``best.json`` (:func:`kcal.sweep.search.finish_study`) and releases its stages' seed chunks; a rerun whose
 last chunk came back writes its ``summary.csv`` (:func:`kcal.reruns.seeds.summarize`).
 """
@@ -107,12 +108,16 @@ class Schedule:
         self.seed_tasks: deque[Task] = deque()
         self.chunks_left: Counter = Counter()
         self.swept: set[tuple[str, str]] = set()
+        # trials each study has still to count, as told here (the order of :meth:`by_work_left`)
+        self.left = {
+            key: int(s.cfg.sweep.n_trials) - counted(self.studies[key])[0] for key, s in self.owners.items()
+        }
 
     def next_task(self) -> Task | None:
         """The next task to hand a worker, or None while every task left waits on one in training."""
         if self.seed_tasks:
             return self.seed_tasks.popleft()
-        for key in self.owners:
+        for key in self.by_work_left():
             if key in self.swept:
                 continue
             if not self.trials[key] and not self.in_flight[key]:
@@ -123,6 +128,11 @@ class Schedule:
             if self.seed_tasks:  # the study just finished and released its seeds
                 return self.seed_tasks.popleft()
         return None
+
+    def by_work_left(self) -> list[tuple[str, str]]:
+        """The studies, the one with the most predicted trial seconds left first: a study trains one batch at a time,
+        so the longest is the run's critical path and goes first (the order changes no number, only the wall time)."""
+        return sorted(self.owners, key=lambda k: -self.left[k] * self.owners[k].prediction.trial_s)
 
     def ask(self, key: tuple[str, str]) -> None:
         """Queue the study's next batch of asked trials; release its seeds once it holds all its trials. A study of
@@ -162,7 +172,9 @@ class Schedule:
         """Tell the study how ``task``'s trial ended; the finished trial and its study."""
         study = self.studies[task.stage.study_key]
         self.in_flight[task.stage.study_key] -= 1
-        return tell(study, task.number, outcome), study
+        trial = tell(study, task.number, outcome)
+        self.left[task.stage.study_key] -= counts(trial)
+        return trial, study
 
     def seeds_done(self, task: Task) -> None:
         """A chunk of seeds came back; the rerun's summary once its last one did."""
