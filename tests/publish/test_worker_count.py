@@ -26,7 +26,6 @@ from kcal.publish.questions.worker_count import (
     claim_outcomes,
     compare,
     compare_dataset,
-    comparisons,
     dataset_verdict,
     mean_half_width,
     readme_must_say,
