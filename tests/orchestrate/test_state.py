@@ -166,12 +166,30 @@ def test_a_trial_running_at_export_is_queued_again_by_the_import(tmp_path):
     study.add_trial(optuna.create_trial(params={"x": 0.25}, distributions=x, value=1.0,
                                         user_attrs={"kcal_status": "ok"}))  # fmt: skip
     study.ask(x)  # a worker's trial, cut off by the end of the sitting: RUNNING
-    export_state(root_a, state)
-    import_state(state, root_b)
+    (exported_line,) = export_state(root_a, state)
+    (imported_line,) = import_state(state, root_b)
     moved = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{root_b / 'sweeps.db'}").trials
     assert [t.state for t in moved] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
     assert moved[2].params == moved[1].params and moved[2].system_attrs["failed_trial"] == 1
     assert counted(optuna.load_study(study_name=STUDY, storage=f"sqlite:///{root_b / 'sweeps.db'}")) == (1, 0)
+    # a study without the deterministic fingerprint is an asynchronous one: its lines say what becomes of the trial
+    said = "1 running trial(s) of asynchronous studies failed and their parameters queued again"
+    assert exported_line.endswith(f"{said} after the import") and imported_line.endswith(f"{said} on resume")
+    assert "under their own numbers" not in exported_line + imported_line
+
+
+def test_a_deterministic_trial_running_at_export_stays_asked_and_the_lines_say_so(tmp_path):
+    root_a, state, root_b = tmp_path / "a", tmp_path / "state", tmp_path / "b"
+    root_a.mkdir()
+    study = optuna.create_study(study_name=STUDY, storage=f"sqlite:///{root_a / 'sweeps.db'}")
+    study.set_user_attr(STUDY_ATTR, {"sweep.mode": "deterministic"})
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # asked, not told when the sitting ended
+    (exported_line,) = export_state(root_a, state)
+    (imported_line,) = import_state(state, root_b)
+    moved = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{root_b / 'sweeps.db'}").trials
+    assert [(t.number, t.state) for t in moved] == [(0, TrialState.RUNNING)]
+    said = "1 running trial(s) trained again under their own numbers"
+    assert exported_line.endswith(f"{said} after the import") and imported_line.endswith(f"{said} on resume")
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):

@@ -177,11 +177,34 @@ def studies_of(storage, dataset: str) -> list[str]:
 
 
 def trial_counts(storage, names: list[str]) -> dict[str, int]:
+    """The studies' trials by state (``complete``, ``running``, ...)."""
     counts: dict[str, int] = {}
     for name in names:
         for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False):
             counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     return counts
+
+
+def running_by_mode(storage, names: list[str]) -> tuple[int, int]:
+    """The studies' running trials: (of deterministic studies, of asynchronous ones)."""
+    found = [0, 0]
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=storage)
+        found[study_mode(study) == "async"] += len(
+            study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        )
+    return found[0], found[1]
+
+
+def running_note(own: int, running_async: int, when: str) -> str:
+    """``; 2 running trial(s) trained again under their own numbers after the import``: what becomes of the
+    trials running at export (:func:`requeue_running`): a deterministic study's (``own``) and an asynchronous
+    study's (``running_async``); empty when none ran. ``when``: "after the import" or "on resume"."""
+    parts = [f"{own} running trial(s) trained again under their own numbers {when}"] if own else []
+    if running_async:
+        parts.append(f"{running_async} running trial(s) of asynchronous studies failed and their parameters "
+                     f"queued again {when}")  # fmt: skip
+    return "".join(f"; {p}" for p in parts)
 
 
 def state_files(dataset_dir: Path, history: bool, predictions: bool = True) -> list[Path]:
@@ -341,8 +364,11 @@ def export_state(root: Path, state_dir: Path, datasets: list[str] | None = None,
         written = [state_dir / ds, layout.paths_dir(state_dir, ds)]
         size = sum(p.stat().st_size for d in written for p in d.rglob("*") if p.is_file())
         n_seeds = sum(is_seed_metrics(rel) for rel in files)
-        note = (f"; {counts['running']} running trial(s) will be trained again after the import"
-                if counts.get("running") else "")  # fmt: skip
+        note = (
+            running_note(*running_by_mode(storage, names), "after the import")
+            if counts.get("running")
+            else ""
+        )
         lines.append(f"{ds}: {describe(names, counts, n_seeds, path_seeds)} -> {state_dir / ds} "
                      f"({size / 1024:.0f} KB){note}")  # fmt: skip
     marker = json.loads((state_dir / MARKER).read_text()) if (state_dir / MARKER).is_file() else {}
@@ -392,14 +418,15 @@ def import_state(state_dir: Path, root: Path) -> list[str]:
         lines = []
         for ds in datasets:
             names = studies_of(sources[ds], ds) if ds in sources else []
-            requeued = 0
+            requeued = [0, 0]  # running at export: of deterministic studies, of asynchronous ones
             for name in names:
                 optuna.copy_study(from_study_name=name, from_storage=sources[ds], to_storage=storage)
-                requeued += requeue_running(optuna.load_study(study_name=name, storage=storage), storage)
+                study = optuna.load_study(study_name=name, storage=storage)
+                requeued[study_mode(study) == "async"] += requeue_running(study, storage)
             n_seeds = copy_in(state_dir / ds, root / ds, journals.get(ds, []))
             path_seeds = copy_in(layout.paths_dir(state_dir, ds), layout.paths_dir(root, ds))
             counts = trial_counts(storage, names) if names else {}
-            note = f"; {requeued} trial(s) running at export trained again on resume" if requeued else ""
+            note = running_note(*requeued, "on resume")
             lines.append(f"{ds}: {describe(names, counts, n_seeds, path_seeds)} -> {root / ds}{note}")
     return lines
 
