@@ -29,7 +29,7 @@ METRICS = {
 ROWS = {  # matched in this order; a match is blanked before the next pattern is tried
     "xe_mmce": r"XE\s*\+\s*MMCE|\bMMCE\b", "xe_kde": r"(?:XE\s*\+\s*)?(?:ECE[- ])?KDE\b",
     "xe_mmd": r"XE\s*\+\s*MMD", "nll_mmd_tanh": r"\btanh\b",
-    "nll_mmd": r"NLL\s*\+\s*MMD(?:\s*\(RBF\))?", "xe": r"\bXE\b(?!\s+models?\b)",
+    "nll_mmd": r"NLL\s*\+\s*MMD(?:\s*\(RBF\))?|\bRBF row", "xe": r"\bXE\b(?!\s+models?\b)",
     "nll": r"(?<!-)\bNLL(?=\s*(?:\+\s*post-hoc|row|trial|objective|'s|’s))",
 }  # fmt: skip
 """The rows (objectives) by name."""
@@ -46,7 +46,7 @@ TABLE_NAMES = {  # paper table (its number) -> the table names of the cells
 CONTEXTS = {
     "replicates": r"replicat|runs? of the protocol|sampler|protocol's (?:own )?spread|sweeps?\b",
     "experiments": r"experiment|former|median_x|authors_first|first search space|kept on|retrain",
-    "ablations": r"experiment|ablation|λ|weight|regularisation path|trade-off|\bpaths?\b",
+    "ablations": r"experiment|ablation|λ|weight|regularisation path|trade-off|\bpaths?\b|made active",
     "trials": r"\btrials?\b",
     "fronts": r"pareto|front",
     "parameters": r"λ|weight|width|batch|bandwidth|learning rate",
@@ -121,9 +121,10 @@ def parse(text: str) -> tuple[float, float]:
     return abs(float(mantissa)) * scale, 0.5 * 10.0**-decimals * scale if "." in mantissa or exponent else 0.0
 
 
-def prose(text: str) -> str:
+def prose(text: str, dates: bool = False) -> str:
     """``text`` without generated blocks, code, comments, link targets, dates and times (each replaced by blanks,
-    so lines keep their places); references to the paper's parts keep their words, their digits as letters."""
+    so lines keep their places; ``dates``: dates kept); references to the paper's parts keep their words, their
+    digits as letters."""
 
     def blank(m: re.Match) -> str:
         return re.sub(r"[^\n]", " ", m.group(0))
@@ -134,7 +135,7 @@ def prose(text: str) -> str:
     text = re.sub(r"`[^`\n]*`", blank, text)
     text = re.sub(r"\]\([^)]*\)", blank, text)
     text = REFERENCE.sub(lambda m: m.group(0).translate(DIGIT_LETTER), text)
-    return DATE_TIME.sub(blank, text)
+    return text if dates else DATE_TIME.sub(blank, text)
 
 
 def mentions(text: str, patterns: dict[str, str], blank: bool = False) -> list[tuple[int, int, str]]:
@@ -145,7 +146,7 @@ def mentions(text: str, patterns: dict[str, str], blank: bool = False) -> list[t
         for m in re.finditer(pattern, text, re.I if key not in ROWS else 0):
             found.append((m.start(), m.end(), key))
         if blank:
-            text = re.sub(pattern, lambda m: " " * len(m.group(0)), text)
+            text = re.sub(pattern, lambda m: " " * len(m.group(0)), text, flags=re.I if key not in ROWS else 0)
     return sorted(found)
 
 
@@ -324,10 +325,8 @@ VERDICT = (
     r"\b(?:supported|not reproduced|contradicted|undecided|inconclusive|effect excluded|holds?|held|"
     r"does not hold|do not hold|no longer holds?|fails?)\b"
 )
-DATED = re.compile(
-    r"\b(?:20\d\d-\d\d-\d\d|then|earlier rule|former rule|rule of then|at the time|was|were|had|came to)\b", re.I
-)
-"""What marks a verdict as a past one (HISTORY.md): a date, or the past tense of an earlier rule."""
+DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?:the rule of then|an? (?:earlier|former) rule|the rules? then)\b", re.I)
+"""What marks a verdict as a past one (HISTORY.md): a date in its sentence, or naming the rule of then."""
 
 
 def claim_verdicts(text: str, dated_allowed: bool = False) -> list[str]:
@@ -335,7 +334,7 @@ def claim_verdicts(text: str, dated_allowed: bool = False) -> list[str]:
     claim (``C3``, ``R1``, ``D1``) and a verdict word. ``dated_allowed``: a sentence marked as past (:data:`DATED`)
     may (HISTORY.md)."""
     found = []
-    for _, _, para in paragraphs(prose(text)):
+    for _, _, para in paragraphs(prose(text, dates=True)):
         for sentence in sentences(para):
             flat = " ".join(sentence.split())
             if re.search(CLAIM, flat) and re.search(VERDICT, flat, re.I):

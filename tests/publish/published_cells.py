@@ -104,14 +104,19 @@ def pairs_of(cells: pd.DataFrame) -> pd.DataFrame:
     ours, others = c[c["file"] == "results"], c[~c["file"].isin(["results", "paper"])]
     key = ["dataset", "objective", "recal", "flavour", "metric"]
     cross = ours.merge(others, on=key, suffixes=("_a", "_b")).assign(kind="cross")
+    experiments = c[c["context"] == "experiments"]
+    rows = ours.merge(experiments, on=["dataset", "recal", "flavour", "metric"], suffixes=("_a", "_b"))
+    rows = rows[rows["objective_a"] != rows["objective_b"]].assign(kind="within")  # a published row against an
+    # experiment's other row (``XE + MMD with its kernel kept on improves on XE``)
     paper = c[c["file"] == "paper"].drop(columns="flavour")
-    against = ours.merge(paper, on=["dataset", "row", "recal", "metric", "samples"], suffixes=("_a", "_b"))
+    measured = c[~c["context"].isin(["ablations"]) & (c["file"] != "paper")]
+    against = measured.merge(paper, on=["dataset", "row", "recal", "metric", "samples"], suffixes=("_a", "_b"))
     against = against[[bool(set(a.split("|")) & set(b.split("|")) - {""})
                        for a, b in zip(against["tables_a"], against["tables_b"], strict=True)]].assign(kind="paper")  # fmt: skip
-    for frame, shared in ((cross, ["objective", "recal"]), (against, ["row", "recal", "samples"])):
+    for frame, shared in ((cross, ["objective", "recal"]), (rows, ["recal"]), (against, ["row", "recal", "samples"])):
         for column in shared:
             frame[column + "_a"] = frame[column + "_b"] = frame[column]
-    pairs = pd.concat([within, cross, against], ignore_index=True)
+    pairs = pd.concat([within, cross, rows, against], ignore_index=True)
     d = (pairs["mean_a"] - pairs["mean_b"]).abs().to_numpy(dtype=float)
     sa, sb = pairs["se_a"].abs().to_numpy(dtype=float), pairs["se_b"].fillna(0.0).abs().to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -158,11 +158,11 @@ def why_not(number: Number, data: Published) -> str:
 
 
 def wrong(text: str, data: Published, cells_only: bool = False) -> list[tuple[Number, str]]:
-    """The numbers of ``text``'s prose that are not their cell's (``cells_only``: only those that name a dataset,
-    a row and a metric, and the SE multiples)."""
+    """The numbers of ``text``'s prose that are not their cell's (``cells_only``: the SE multiples only, recomputed
+    from the values their sentences print)."""
     numbers = prose_numbers(text, data.datasets)
     if cells_only:
-        numbers = [n for n in numbers if n.kind in ("se", "value", "percent", "diff")]
+        numbers = [n for n in numbers if n.kind == "se"]
     return check(numbers, data)
 
 
