@@ -64,12 +64,13 @@ REFERENCE = re.compile(
 DIGIT_LETTER = str.maketrans("0123456789", "abcdefghij")
 """A reference's digits as letters (``Table 6`` -> ``Table g``): no longer a number, still a table's name."""
 TABLE_MENTION = re.compile(r"\bTables?\s+([a-j](?:(?:,\s*|\s+and\s+|\s*[-–]\s*)[a-j])*)\b")
-DATE_TIME = re.compile(
-    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b|(?<=\bseeds )\d+\s*[-–]\s*\d+\b"
-)
+DATE_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b|(?<=\bseeds )\d+\s*[-–]\s*\d+\b")
 """Not numbers: dates, clock times and seed ranges (``seeds 0-9``: which seeds, not a count)."""
 RANGE_END = re.compile(r"^\s*(?:[–-]|\band\b|\bor\b)\s*[\d.]+(?:e[-+]?\d+)?")
-SE_BOUND = re.compile(r"(?:within|less than|below|beyond|above|more than|at least|even|under|over|up to|<|>|≤|≥)\s*$")
+RANGE_START = re.compile(r"\d\s*[–-]\s*$")
+SE_BOUND = re.compile(
+    r"(?:within|less\s+than|below|beyond|above|more\s+than|at\s+least|even|under|over|up\s+to|<|>|≤|≥)\s*$"
+)
 """Before an SE multiple that is a bound (``within 2 SE``), not a measured multiple."""
 SE_AFTER = re.compile(
     r"^\s*(?:x|×|times)?\s*(?:the\s+)?(?:(?:its|our|published)\s+)?(?P<kind>combined\s+|seed\s+)?SEs?\b"
@@ -105,8 +106,10 @@ class Number:
     tables: frozenset[str] = frozenset()  # the paper's tables by name (``sample_size``)
     lams: frozenset[float] = frozenset()
     se: str = ""  # an SE multiple's: "combined", "bound" (``within 2 SE``: not recomputed) or "" (any SE)
+    in_range: bool = False  # one end of a range (``1.2–1.8``)
     sentence: int = -1  # which sentence of its text (numbers of one sentence share it)
     position: int = 0  # where in its sentence
+    opens: tuple[int, ...] = ()  # where its sentence opens a parenthesis, for what follows an SE multiple
 
     def named(self) -> dict[str, frozenset]:
         return {d: getattr(self, d) for d in DIMENSIONS}
@@ -146,7 +149,9 @@ def mentions(text: str, patterns: dict[str, str], blank: bool = False) -> list[t
         for m in re.finditer(pattern, text, re.I if key not in ROWS else 0):
             found.append((m.start(), m.end(), key))
         if blank:
-            text = re.sub(pattern, lambda m: " " * len(m.group(0)), text, flags=re.I if key not in ROWS else 0)
+            text = re.sub(
+                pattern, lambda m: " " * len(m.group(0)), text, flags=re.I if key not in ROWS else 0
+            )
     return sorted(found)
 
 
@@ -157,7 +162,7 @@ def dataset_patterns(datasets: Iterable[str]) -> dict[str, str]:
 def table_mentions(text: str) -> list[tuple[int, int, str]]:
     out = []
     for m in TABLE_MENTION.finditer(text):
-        for letter in re.findall(r"[a-j]", m.group(1)):
+        for letter in re.findall(r"\b[a-j]\b", m.group(1)):
             name = TABLE_NAMES.get(letter.translate(str.maketrans("abcdefghij", "0123456789")))
             if name:
                 out.append((m.start(), m.end(), name))
@@ -165,7 +170,9 @@ def table_mentions(text: str) -> list[tuple[int, int, str]]:
 
 
 def lambda_mentions(text: str) -> list[tuple[int, int, float]]:
-    return [(m.start(), m.end(), parse(m.group("num"))[0]) for m in LAMBDA_AT.finditer(text.replace("−", "-"))]
+    return [
+        (m.start(), m.end(), parse(m.group("num"))[0]) for m in LAMBDA_AT.finditer(text.replace("−", "-"))
+    ]
 
 
 def nearest_group(found: list[tuple[int, int, object]], position: int, text: str) -> frozenset:
@@ -240,7 +247,9 @@ class Names:
     """The names of one dimension in a sentence, with where it falls back to (module docstring): ``outer`` the
     texts tried in turn where the sentence names none; ``after``: the nearest group after a number counts too."""
 
-    def __init__(self, find, sentence: str, outer: Iterable[str] = (), after: bool = False, nearest: bool = True):
+    def __init__(
+        self, find, sentence: str, outer: Iterable[str] = (), after: bool = False, nearest: bool = True
+    ):
         self.find, self.sentence, self.after, self.nearest = find(sentence), sentence, after, nearest
         tried = [self.find] if not nearest else []
         tried += [find(t) for t in outer]
@@ -273,7 +282,9 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
     out: list[Number] = []
     index = 0
     for headings, start, para in paragraphs(prose(text)):
-        context = frozenset(n for n, p in CONTEXTS.items() if re.search(p, para + " " + " ".join(headings), re.I))
+        context = frozenset(
+            n for n, p in CONTEXTS.items() if re.search(p, para + " " + " ".join(headings), re.I)
+        )
         for sentence in sentences(para):
             index += 1
             datasets = lambda t: mentions(t, patterns)  # noqa: E731
@@ -287,6 +298,7 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
                 "tables": Names(table_mentions, sentence, [sentence]),
                 "lams": Names(lambda_mentions, sentence, nearest=False),
             }
+            opens = tuple(i for i, ch in enumerate(sentence) if ch in "()")
             first = next((k for k, ln in enumerate(para.split("\n")) if sentence.strip()[:40] in ln), 0)
             where = original[start + first].strip()
             for m in NUMBER.finditer(sentence):
@@ -305,8 +317,11 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
                     cell["lams"] |= {float("nan")}
                 if kind == "lambda":
                     cell["lams"] = frozenset()
+                in_range = bool(
+                    RANGE_END.match(sentence[m.end() :]) or RANGE_START.search(sentence[: m.start()])
+                )
                 out.append(Number(m.group(0).strip(), value, tol, kind, contexts=context, where=where, se=se,
-                                  sentence=index, position=m.start(), **cell))  # fmt: skip
+                                  in_range=in_range, sentence=index, position=m.start(), opens=opens, **cell))  # fmt: skip
             for m in WORD.finditer(sentence):
                 cell = {d: n.at(m.start(), m.end()) for d, n in names.items()}
                 out.append(Number(m.group(1), float(WORDS[m.group(1).lower()]), 0.0, "count", contexts=context,
@@ -325,7 +340,9 @@ VERDICT = (
     r"\b(?:supported|not reproduced|contradicted|undecided|inconclusive|effect excluded|holds?|held|"
     r"does not hold|do not hold|no longer holds?|fails?)\b"
 )
-DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?:the rule of then|an? (?:earlier|former) rule|the rules? then)\b", re.I)
+DATED = re.compile(
+    r"\b20\d\d-\d\d-\d\d\b|\b(?:the rule of then|an? (?:earlier|former) rule|the rules? then)\b", re.I
+)
 """What marks a verdict as a past one (HISTORY.md): a date in its sentence, or naming the rule of then."""
 
 

@@ -106,14 +106,22 @@ def pairs_of(cells: pd.DataFrame) -> pd.DataFrame:
     cross = ours.merge(others, on=key, suffixes=("_a", "_b")).assign(kind="cross")
     experiments = c[c["context"] == "experiments"]
     rows = ours.merge(experiments, on=["dataset", "recal", "flavour", "metric"], suffixes=("_a", "_b"))
-    rows = rows[rows["objective_a"] != rows["objective_b"]].assign(kind="within")  # a published row against an
+    rows = rows[rows["objective_a"] != rows["objective_b"]].assign(
+        kind="within"
+    )  # a published row against an
     # experiment's other row (``XE + MMD with its kernel kept on improves on XE``)
     paper = c[c["file"] == "paper"].drop(columns="flavour")
     measured = c[~c["context"].isin(["ablations"]) & (c["file"] != "paper")]
-    against = measured.merge(paper, on=["dataset", "row", "recal", "metric", "samples"], suffixes=("_a", "_b"))
+    against = measured.merge(
+        paper, on=["dataset", "row", "recal", "metric", "samples"], suffixes=("_a", "_b")
+    )
     against = against[[bool(set(a.split("|")) & set(b.split("|")) - {""})
                        for a, b in zip(against["tables_a"], against["tables_b"], strict=True)]].assign(kind="paper")  # fmt: skip
-    for frame, shared in ((cross, ["objective", "recal"]), (rows, ["recal"]), (against, ["row", "recal", "samples"])):
+    for frame, shared in (
+        (cross, ["objective", "recal"]),
+        (rows, ["recal"]),
+        (against, ["row", "recal", "samples"]),
+    ):
         for column in shared:
             frame[column + "_a"] = frame[column + "_b"] = frame[column]
     pairs = pd.concat([within, cross, rows, against], ignore_index=True)
@@ -202,7 +210,9 @@ def generated_lines(
         current: set[str] = set()
         for line in path.read_text(encoding="utf-8").splitlines():
             ds = {k for *_, k in mentions(line, patterns)}
-            met = {k for *_, k in mentions(line, METRICS)} | {m for m in METRICS if re.search(rf"\|\s*{m}\s*\|", line)}
+            met = {k for *_, k in mentions(line, METRICS)} | {
+                m for m in METRICS if re.search(rf"\|\s*{m}\s*\|", line)
+            }
             rows = {k for *_, k in mentions(line, ROWS, blank=True)}
             if path.suffix == ".tex":
                 current = ds or (set() if "rule" in line else current)
@@ -247,8 +257,12 @@ def published_data(report: Path) -> Published:
         return p.relative_to(data).as_posix()
 
     frames = [("results", "", pd.read_csv(data / "results.csv"))]
-    frames += [(rel(p), "replicates", pd.read_csv(p)) for p in sorted((data / "replicates").glob("*/results.csv"))]
-    frames += [(rel(p), "experiments", pd.read_csv(p)) for p in sorted((data / "experiments").rglob("results.csv"))]
+    frames += [
+        (rel(p), "replicates", pd.read_csv(p)) for p in sorted((data / "replicates").glob("*/results.csv"))
+    ]
+    frames += [
+        (rel(p), "experiments", pd.read_csv(p)) for p in sorted((data / "experiments").rglob("results.csv"))
+    ]
     frames += [(rel(p), "ablations", pd.read_csv(p))
                for p in [*sorted((data / "ablations").rglob("*.csv")), *sorted((data / "paths").rglob("*.csv"))]]  # fmt: skip
     resources = REPO / "src" / "kcal" / "resources"
@@ -257,7 +271,11 @@ def published_data(report: Path) -> Published:
     for name, ctx, frame in frames:
         for dataset, g in frame.groupby("dataset"):
             count(counts, dataset, g["n"])
-            count(counts, dataset, pd.to_numeric(g["objective"].str.extract(r"samples=(\d+)")[0], errors="coerce"))
+            count(
+                counts,
+                dataset,
+                pd.to_numeric(g["objective"].str.extract(r"samples=(\d+)")[0], errors="coerce"),
+            )
         if ctx == "ablations":
             varied = frame["weight"] if "weight" in frame else frame["value"]
             extra["ablations"].add(varied)
@@ -275,12 +293,18 @@ def published_data(report: Path) -> Published:
         for r in pd.read_csv(path).to_dict("records"):
             params = json.loads(r["best_params"]) if isinstance(r["best_params"], str) else {}
             numbers = [v for v in params.values() if isinstance(v, int | float) and not isinstance(v, bool)]
-            values.add([*numbers, r["best_value"], r["trial_hours"]], r["dataset"], row=row_key(r["objective"]))
+            values.add(
+                [*numbers, r["best_value"], r["trial_hours"]], r["dataset"], row=row_key(r["objective"])
+            )
             lams.setdefault(r["dataset"], set()).update(
                 float(v) for k, v in params.items() if "weight" in k and isinstance(v, int | float)
             )
             count(extra_counts["parameters"], r["dataset"], numbers)
-            count(extra_counts["trials"], r["dataset"], [r.get(c) for c in ("complete", "failed", "not_counted")])
+            count(
+                extra_counts["trials"],
+                r["dataset"],
+                [r.get(c) for c in ("complete", "failed", "not_counted")],
+            )
             count(counts, r["dataset"], [r["seeds"]])
             count(trials, r["dataset"], [r["best_trial"]])
 
@@ -291,7 +315,9 @@ def published_data(report: Path) -> Published:
         values.add(facts, name)
         count(counts, name, facts)
 
-    for path in sorted((data / "trials").glob("*.csv")) + sorted((data / "replicates").glob("*/trials/*.csv")):
+    for path in sorted((data / "trials").glob("*.csv")) + sorted(
+        (data / "replicates").glob("*/trials/*.csv")
+    ):
         frame = pd.read_csv(path)
         dataset, row = frame["dataset"].iloc[0], row_key(frame["objective"].iloc[0])
         count(trials, dataset, frame["number"])
@@ -357,7 +383,11 @@ def cell_ids(number: Number, cells: pd.DataFrame, metrics: frozenset | None = No
 def pair_rows(number: Number, pairs: pd.DataFrame) -> pd.DataFrame:
     """The pairs in ``number``'s scope (module docstring)."""
     mask = in_context(pairs["context"], number)
-    for column, names in [("dataset", number.datasets), ("metric", number.metrics), ("flavour", number.flavours)]:
+    for column, names in [
+        ("dataset", number.datasets),
+        ("metric", number.metrics),
+        ("flavour", number.flavours),
+    ]:
         mask &= holds(pairs[column], names)
     for column, names in [("row", number.rows), ("recal", number.recals), ("tables", number.tables),
                           ("lam", number.lams)]:  # fmt: skip

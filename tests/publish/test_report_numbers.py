@@ -87,13 +87,27 @@ def differences(pairs: pd.DataFrame) -> list[float]:
     return sorted(v for v in [*d, *(100 * d[acc])] if np.isfinite(v))
 
 
-def compared_pairs(anchor: np.ndarray, printed: set[int], pairs: pd.DataFrame) -> pd.DataFrame:
-    """The pairs of two cells its sentence prints, or of an anchor cell with its counterpart (module
-    docstring)."""
+def compared_pairs(
+    anchor: np.ndarray, printed: set[int], pairs: pd.DataFrame, in_range: bool
+) -> pd.DataFrame:
+    """The pairs an SE multiple may be of: the anchor cell against another cell printed on the anchor's side of
+    it in its sentence (any two of them for a range, ``1.2–1.8 combined SE``); where there is none, the anchor
+    against its counterpart (module docstring)."""
     a, b = pairs["cid_a"].isin(anchor).to_numpy(), pairs["cid_b"].isin(anchor).to_numpy()
-    both = pairs["cid_a"].isin(printed).to_numpy() & pairs["cid_b"].isin(printed).to_numpy()
-    counterpart = pairs["kind"].ne("within").to_numpy() | pairs["objective_a"].eq(pairs["objective_b"]).to_numpy()
-    return pairs[both | ((a | b) & counterpart)]
+    pa, pb = pairs["cid_a"].isin(printed).to_numpy(), pairs["cid_b"].isin(printed).to_numpy()
+    if printed - set(anchor.tolist()):
+        return pairs[(a & pb) | (b & pa) | ((pa & pb) if in_range else False)]
+    counterpart = (
+        pairs["kind"].ne("within").to_numpy() | pairs["objective_a"].eq(pairs["objective_b"]).to_numpy()
+    )
+    return pairs[(a | b) & counterpart]
+
+
+def opened(se: Number, value: Number) -> bool:
+    """Whether ``value`` stands in the parenthesis that opens right after ``se`` (``by 4.1 combined SE (0.941
+    against 1.045)``): a value after an SE multiple anchors it only there."""
+    marks = [p for p in se.opens if se.position < p < value.position]
+    return len(marks) == 1
 
 
 def check(numbers: list[Number], data: Published) -> list[tuple[Number, str]]:
@@ -114,19 +128,19 @@ def check(numbers: list[Number], data: Published) -> list[tuple[Number, str]]:
         if why:
             failed.append((number, why))
     for entries in by_sentence.values():
-        printed = {int(i) for _, m in entries if isinstance(m, np.ndarray) for i in m}
         for k, (number, _) in enumerate(entries):
             if number.kind != "se" or number.se == "bound":
                 continue
             before = [m for _, m in reversed(entries[:k]) if m is not None and len(m)]
-            after = [m for _, m in entries[k + 1 :] if m is not None and len(m)]
+            after = [m for n, m in entries[k + 1 :] if m is not None and len(m) and opened(number, n)]
             anchor = (before or after or [None])[0]
+            printed = {int(i) for m in (before or after) if isinstance(m, np.ndarray) for i in m}
             if anchor is None:
                 pairs = pair_rows(number, data.pairs)
             elif isinstance(anchor, pd.DataFrame):
                 pairs = anchor
             else:
-                pairs = compared_pairs(anchor, printed, data.pairs)
+                pairs = compared_pairs(anchor, printed, data.pairs, number.in_range)
             if not near(multiples(pairs, number.se == "combined"), number.value, number.tolerance):
                 if anchor is not None or not loose_values(number, data):
                     what = "the cells it compares" if anchor is not None else "any pair of its scope"
@@ -141,7 +155,9 @@ def why_not(number: Number, data: Published) -> str:
         return "" if any(int(number.value) in data.trials.get(d, set()) for d in scopes) else "no such trial"
     if number.kind == "count":
         pools = [data.counts, *(data.extra_counts[c] for c in number.contexts if c in data.extra_counts)]
-        found = number.value in ALLOWED or any(int(number.value) in p.get(d, set()) for p in pools for d in scopes)
+        found = number.value in ALLOWED or any(
+            int(number.value) in p.get(d, set()) for p in pools for d in scopes
+        )
         return "" if found else "no such count"
     if number.kind == "lambda":
         lams = sorted({v for d in scopes for v in data.lams.get(d, set())})
@@ -153,7 +169,9 @@ def why_not(number: Number, data: Published) -> str:
         return ""
     if number.kind == "diff":
         pairs = pair_rows(number, data.pairs)
-        return "" if near(differences(pairs), number.value, number.tolerance) else "no difference of its scope"
+        return (
+            "" if near(differences(pairs), number.value, number.tolerance) else "no difference of its scope"
+        )
     return "no cell of its scope holds it"
 
 
@@ -219,3 +237,118 @@ def test_every_allowed_constant_is_used_and_says_why():
     used = {n.value for text in texts for n in prose_numbers(text, ()) if n.kind == "count"}
     assert all(reason.strip() for reason in ALLOWED.values())
     assert set(ALLOWED) <= used, f"allowed constants no document uses: {sorted(set(ALLOWED) - used)}"
+
+
+# ---- the checker bites: small frames, planted numbers ----------------------------------------------------------
+def tiny_data() -> Published:
+    """Three cells of ours and one of the paper's (accuracy, exact flavour)."""
+    from .prose_cells import CONTEXTS
+    from .published_cells import CELL_COLUMNS, Pool, pairs_of
+
+    def cell(file, dataset, row, mean, se, flavour="exact"):
+        return {"file": file, "context": "", "dataset": dataset, "row": row, "objective": row, "recal": "none",
+                "flavour": flavour, "metric": "acc", "tables": "|classification|", "lam": np.nan, "samples": "",
+                "mean": mean, "se": se}  # fmt: skip
+
+    cells = pd.DataFrame([cell("results", "heart-disease", "xe", 0.56885, 0.0060),
+                          cell("results", "heart-disease", "xe_mmd", 0.57213, 0.0070),
+                          cell("results", "dry-bean", "xe", 0.92870, 0.0004),
+                          cell("paper", "heart-disease", "xe", 0.55904, 0.0200, flavour=ANY)])[CELL_COLUMNS]  # fmt: skip
+    empty = {name: Pool().freeze() for name in CONTEXTS}
+    return Published(cells, pairs_of(cells), Pool().freeze(), Pool(strict=True).freeze(), empty, {}, {}, {}, {},
+                     ("dry-bean", "heart-disease"))  # fmt: skip
+
+
+def flagged(text: str, data: Published) -> list[str]:
+    return [n.text for n, _ in wrong(text, data)]
+
+
+def test_the_cell_s_own_numbers_and_se_multiple_pass():
+    # (0.56885 - 0.55904) / sqrt(0.0060^2 + 0.0200^2) = 0.47
+    text = "On heart-disease, XE's accuracy is 56.885 % against the paper's 55.904 % (0.5 combined SE)."
+    assert flagged(text, tiny_data()) == []
+
+
+def test_a_planted_number_of_another_row_fails():
+    """57.213 % is XE + MMD's accuracy on heart-disease, not XE's."""
+    assert flagged("On heart-disease, XE's accuracy is 57.213 %.", tiny_data()) == ["57.213 %"]
+    assert flagged("On heart-disease, XE + MMD's accuracy is 57.213 %.", tiny_data()) == []
+
+
+def test_a_planted_number_of_another_dataset_fails():
+    """56.885 % is heart-disease's XE accuracy, not dry-bean's."""
+    assert flagged("On dry-bean, XE's accuracy is 56.885 %.", tiny_data()) == ["56.885 %"]
+    assert flagged("## dry-bean\n\nXE's accuracy is 56.885 %.", tiny_data()) == ["56.885 %"]
+
+
+def test_the_nearest_row_before_a_number_is_its_row():
+    text = "On heart-disease, the accuracy of XE (56.885 against 55.904) and XE + MMD (57.213)."
+    assert flagged(text, tiny_data()) == []
+    swapped = "On heart-disease, the accuracy of XE (57.213 against 55.904) and XE + MMD (56.885)."
+    assert flagged(swapped, tiny_data()) == ["57.213", "56.885"]
+
+
+def test_a_planted_se_multiple_fails():
+    """The two cells the sentence compares are 0.47 combined SE apart; 1.5 is no pair's multiple."""
+    text = "On heart-disease, XE's accuracy is 56.885 % against the paper's 55.904 % (1.5 combined SE)."
+    assert flagged(text, tiny_data()) == ["1.5"]
+    # XE against XE + MMD: (0.57213 - 0.56885) / sqrt(0.0060^2 + 0.0070^2) = 0.36
+    rows = "On heart-disease, XE + MMD's accuracy is 57.213 % against XE's 56.885 % (0.4 combined SE)."
+    assert flagged(rows, tiny_data()) == []
+    assert flagged(rows.replace("0.4 combined", "0.47 combined"), tiny_data()) == ["0.47"]
+
+
+def test_a_planted_wrong_cell_number_in_a_results_paragraph_fails(data):
+    """RESULTS.md's heart-disease accuracy bullet passes; with XE + MMD's accuracy replaced by XE + ECE-KDE's
+    (58.656, a number of the data, of another row) it fails on that number alone."""
+    text = (REPORT / "RESULTS.md").read_text(encoding="utf-8")
+    start = text.index("* **Accuracy (XE 56.885 against 55.904")
+    bullet = "## heart-disease\n\n" + text[start : text.index("\n* ", start + 1)]
+    assert [n.text for n, _ in wrong(bullet, data)] == []
+    planted = bullet.replace("XE + MMD 57.213", "XE + MMD 58.656")
+    assert planted != bullet
+    assert [n.text for n, _ in wrong(planted, data)] == ["58.656"]
+
+
+def test_a_planted_se_multiple_in_a_results_sentence_fails(data):
+    text = (REPORT / "RESULTS.md").read_text(encoding="utf-8")
+    start = text.index("* **NLL + MMD beats NLL in NLL by 4.1 combined SE**")
+    bullet = "## blog\n\n" + text[start : text.index("\n* ", start + 1)]
+    assert [n.text for n, _ in wrong(bullet, data)] == []
+    assert [n.text for n, _ in wrong(bullet.replace("by 4.1 combined", "by 3.1 combined"), data)] == ["3.1"]
+
+
+def test_a_claim_s_verdict_in_prose_is_found():
+    assert claim_verdicts("On adult C3 holds in both flavours.") == ["On adult C3 holds in both flavours."]
+    assert claim_verdicts("C4a is not reproduced: the paper's effect excluded.") != []
+    assert claim_verdicts("XE + MMD's entropy is the lowest (C3; its verdict: claims.md).") == []
+    past = "By the rule of then C3 held on adult."
+    assert claim_verdicts(past) != [] and claim_verdicts(past, dated_allowed=True) == []
+
+
+def test_what_counts_as_a_number():
+    text = "\n".join([
+        "# Heading with Table 3 and §6.2",
+        "<!-- kcal.report:x -->",
+        "0.123 inside a block",
+        "<!-- /kcal.report -->",
+        "R1 and C4a and float32 and k_Y and `0.456` and [link](figures/a_1.png), on 2026-11-26 at 12:43 UTC.",
+        "```",
+        "0.789",
+        "```",
+        "Accuracy 58.66 %, ECE −0.0127, 1.2e-5, 13,611 rows, 8.8x, by 0.34 points, 1.2–1.7 combined SE, trial 84, "
+        "λ = 300, seeds 0-9; the four classification datasets of XE + MMD in Tables 3, 6 and 7.",
+    ])  # fmt: skip
+    numbers = prose_numbers(text, ["adult"])
+    kinds = {n.text: n.kind for n in numbers}
+    assert kinds == {"58.66 %": "percent", "0.0127": "value", "1.2e-5": "value", "13,611": "count", "8.8": "value",
+                     "0.34": "diff", "1.2": "se", "1.7": "se", "84": "trial", "300": "lambda", "four": "count"}  # fmt: skip
+    assert next(n for n in numbers if n.text == "1.2e-5").tolerance == pytest.approx(5e-7)
+    assert next(n for n in numbers if n.text == "1.7").se == "combined"
+    four = next(n for n in numbers if n.text == "four")
+    assert (
+        not four.rows
+        and not four.datasets
+        and four.tables == {"regression", "sample_size", "decision_kernel"}
+    )
+    assert next(n for n in numbers if n.text == "1.2").in_range
