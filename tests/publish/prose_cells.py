@@ -1,13 +1,15 @@
 """The prose-number checker's parts (tests/publish/test_report_numbers.py states what it checks): reading the
 numbers of hand-written prose with the cell each one's sentence names, and the cells of the published data.
 
-**A number's cell** (:class:`Number`): for each dimension (dataset, row, metric, flavour, recalibration, paper
-table, λ) the names its own sentence gives it, nearest first: the last group of names before it in its sentence
-(``XE's and XE + MMCE's 0.0909``: both rows; ``XE (92.870 against 92.071) and XE + MMCE (92.951 ...)``: XE for the
-first two), else every name of the dimension in its sentence, else in its paragraph, else in its headings (the
-innermost that names one), else none (every value of the dimension). A ``λ = X`` right after the number (``0.0315 at
-λ = 3000``) is its λ; a recalibration (``after temperature scaling``, ``+ post-hoc``, ``without post-hoc``) and a
-paper table (``Table 6``) count only inside the sentence.
+**A number's cell** (:class:`Number`), per dimension, nearest first: its *row* is the last group of row names
+before it in its sentence (``XE's and XE + MMCE's 0.0909``: both; ``XE (92.870 against 92.071) and XE + MMCE
+(92.951 ...)``: XE for the first two), else none; its *dataset* the last group before it, else every dataset its
+sentence names, else its innermost heading's, else its paragraph's; its *metric* the groups right before and right
+after it (``... (59.475) in accuracy``), else its paragraph's, else its innermost heading's; its *flavour* and
+*recalibration* (``after temperature scaling``, ``+ post-hoc``, ``without post-hoc``) the last before it in its
+sentence; its paper *table* (``Table 6``) the last before it, else every one its sentence names; its *λ* a
+``at λ = X`` right after it, else every ``λ = X`` of its sentence (and λ = 0 after ``alone``; a cell of no path may
+be meant too), none where the sentence gives a range (``up to λ = 100``). A dimension left empty holds every value.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ counts as the table a sentence names). Kinds: a *trial number* (after ``trial``)
 *percentage* (an accuracy in %), a *count* (no decimal point), else a *value*.
 
 **Its cell** (prose_cells.py): the dataset, row (objective), metric, flavour, recalibration, paper table and λ its
-sentence names for it, nearest first; where its sentence names none of a dimension, its paragraph's, else its
-headings' (the innermost), else every one.
+sentence names for it, nearest first (the rules per dimension: prose_cells.py); a dimension its sentence does not
+name falls back to its headings' or paragraph's names where prose_cells.py says so, else holds every value.
 
 **What it must match** (published_cells.py):
 
