@@ -347,7 +347,7 @@ def summary_markdown(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) 
         if noise:
             lines.append(f'  - "differs" by the seed SE, within the protocol\'s spread: {"; ".join(noise)}')
     whole = whole_run_text(replicates, spread)
-    return "\n".join([*lines, *(["", whole] if whole else [])])
+    return "\n".join([*lines, *([whole] if whole else [])])
 
 
 def whole_run_text(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) -> str:

@@ -402,16 +402,16 @@ def paper_runs(replicates: Mapping[str, pd.DataFrame], tested: pd.DataFrame) -> 
 
 
 def paper_runs_markdown(runs: Sequence[PaperRun]) -> str:
-    """:func:`paper_runs` in lines, one per flavour and dataset."""
+    """:func:`paper_runs` in one bullet, one entry per flavour and dataset."""
     if not runs:
         return ""
-    lines = [f"Over whole runs (`kcal.publish.whole_runs`; the cells of one run share its models, so the counts above "
-             f"are a guide): the paper's numbers ranked as one more run among ours on the cells tested, its rank score "
-             f"(0: last on every cell, 1: first) against our runs', exact permutation p over the R + 1 choices of the "
-             f"paper's run, Holm over {len(runs)} flavours and datasets; with one paper run it can reach Holm's level "
-             f"only with {runs[0].needs} runs of ours or more:"]  # fmt: skip
+    parts = []
     for r in runs:
         ours = " / ".join(f"{v:.2f}" for _, v in sorted(r.ours.items()))
-        lines.append(f"- {r.flavour}, {r.dataset} ({r.cells} cells, {len(r.ours)} runs): the paper {r.paper:.2f}, ours "
-                     f"{ours}; p {_p(r.test.p)}, Holm {_p(r.adjusted)}: {r.words}")  # fmt: skip
-    return "\n".join(lines)
+        parts.append(f"{r.flavour} {r.dataset} ({r.cells} cells): the paper {r.paper:.2f}, our {len(r.ours)} runs "
+                     f"{ours}, p {_p(r.test.p)}, Holm {_p(r.adjusted)}: {r.words}")  # fmt: skip
+    return (f"- over whole runs (`kcal.publish.whole_runs`; a run's cells share its models, so the counts above are a "
+            f"guide): the paper's numbers ranked as one more run among ours on the cells tested, its rank score (0: "
+            f"last on every cell, 1: first) against our runs', exact permutation p over the R + 1 choices of the "
+            f"paper's run, Holm over {len(runs)}; with one paper run it can reach Holm's level only from "
+            f"{runs[0].needs} runs of ours on. " + "; ".join(parts))  # fmt: skip

@@ -295,9 +295,9 @@ def summary_line(c: PrunedComparison) -> str:
              f"over runs; of CPU hours where both sides recorded them, else of epochs, else of trial hours): {saved}; "
              f"the seven datasets' sweeps on {WORKERS} workers, projected from the published run's trial hours: "
              f"{full:.1f} h -> {pruned:.1f} h. " + superseded_text(c)]  # fmt: skip
-    lines += [f"  - {k.dataset}: {k.words} ({len(k.best[1])} pruned vs {len(k.best[0])} full runs): {W.case_text(k)}"
+    lines += [f"{k.dataset}, {k.words} ({len(k.best[1])} pruned vs {len(k.best[0])} full runs): {W.case_text(k)}."
               for k in c.cases]  # fmt: skip
-    return "\n".join(line.rstrip() for line in lines)
+    return " ".join(line.strip() for line in lines)
 
 
 def summary_block(found: list[PrunedComparison]) -> str:

@@ -529,7 +529,7 @@ def summary_block(found: list[DatasetComparison]) -> str:
     if not found:
         return NONE_YET
     lines = [f"- {summary_line(c)}" for c in found]
-    return "\n".join([*lines, "", advice(found), "Rules and every number: DETAILS.md."])
+    return "\n".join([*lines, "", advice(found) + " Rules and every number: DETAILS.md."])
 
 
 def details_block(found: list[DatasetComparison]) -> str:
