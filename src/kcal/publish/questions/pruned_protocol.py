@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from kcal.core import layout
+from kcal.publish import verdicts as V
 from kcal.publish import whole_runs as W
 from kcal.publish.protocol_runs import Runs, read_runs, reference_folders
 from kcal.publish.questions import Published
@@ -199,7 +200,7 @@ class PrunedComparison:
 
     @property
     def equivalent(self) -> bool:
-        return bool(self.cases) and all(c.outcome == W.V.EQUIVALENT for c in self.cases)
+        return bool(self.cases) and all(c.outcome == V.EQUIVALENT for c in self.cases)
 
 
 def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> PrunedComparison:
