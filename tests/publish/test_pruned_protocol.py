@@ -97,7 +97,12 @@ def test_runs_like_the_full_ones_at_half_the_sweep_time_are_judged_and_their_sav
     assert c.projected == (pytest.approx(2.0), pytest.approx(0.8))
     blocks = P.pruned_blocks(data)
     line = blocks["pruned:summary"]
-    assert line.startswith(f"- **`sha_min20`: {c.judgement.verdict}** (runs in: heart-disease 3 of 5, ")
+    (case,) = c.cases
+    # the same best scores on both sides: equivalent at the margin (exact p 1/20 each side), not yet final
+    assert case.outcome == "equivalent" and case.best_test.splits == 20  # 3 pruned and 3 full runs
+    assert line.startswith(
+        f"- **`sha_min20`: heart-disease {case.words}** (judged runs in (of the fixed pruner): heart-disease 3 of 5, "
+    )
     assert "provisional until all are in" in line and "ships only as an experiment" in line
     assert "heart-disease 60 %" in line and "2.0 h -> 0.8 h" in line
     assert "| heart-disease | — / — / — | 80 / 32 / 60 % | 4.00 h / 2.00 h / 50 % |" in blocks["pruned"]
@@ -107,8 +112,40 @@ def test_runs_far_from_the_full_ones_are_rejected(data):
     for name in ("sampler_seed=1", "sampler_seed=2"):
         write_run(layout.pruned_data_dir(data, "median_warmup5", name), 1.5, hours=0.5, span_h=1.5)
     (c,) = P.comparisons(data)
-    assert c.judgement.verdict == E.REJECTED
-    assert "**`median_warmup5`: rejected**" in P.pruned_blocks(data)["pruned:summary"]
+    assert c.judgement.verdict == E.REJECTED  # the earlier per-cell rule, beside the verdict
+    # over whole runs, 2 runs against 3 cannot reach 5 % (10 splits): the verdict says how many runs it needs
+    assert "**`median_warmup5`: heart-disease inconclusive: needs " in P.pruned_blocks(data)["pruned:summary"]
+    assert "no longer the verdict) on the same runs: rejected." in P.pruned_blocks(data)["pruned"]
+
+
+def _provenance(folder: Path, roots: list[tuple[str, str, list[str]]]) -> None:
+    record = {"roots": [{"task": t, "commit": c, "datasets": d} for t, c, d in roots]}
+    (folder / layout.PROVENANCE_FILE).write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_classification_runs_of_the_reversed_pruner_are_superseded_and_not_judged(data):
+    """A classification root recorded on a commit before the direction's fix is listed as superseded and left out;
+    a regression root of the same commit is kept (its study minimises the value the pruner ranks); a root of a
+    later commit is judged."""
+    folders = {}
+    for name in ("sampler_seed=1", "sampler_seed=2", "sampler_seed=3"):
+        folders[name] = layout.pruned_data_dir(data, "sha_min20", name)
+        write_run(folders[name], 1.0, hours=0.5, span_h=1.5)
+    _provenance(folders["sampler_seed=1"], [("classification", "191b484a", [DATASET])])
+    _provenance(folders["sampler_seed=2"], [("regression", "191b484a", ["crime"]),
+                                            ("classification", "f5015f8", [DATASET])])  # fmt: skip
+    _provenance(folders["sampler_seed=3"], [("classification", "498aff3f9", [DATASET])])  # a longer hash
+    assert (
+        P.superseded(folders["sampler_seed=1"]) == {DATASET}
+        and P.superseded(folders["sampler_seed=2"]) == set()
+    )
+    assert P.superseded(folders["sampler_seed=3"]) == {DATASET}
+    (c,) = P.comparisons(data)
+    assert c.runs == {DATASET: ["sampler_seed=2"]}
+    assert c.superseded == {DATASET: ["sampler_seed=1", "sampler_seed=3"]}
+    summary = P.pruned_blocks(data)["pruned:summary"]
+    assert "Superseded, not judged: the runs of the reversed pruner" in summary
+    assert f"{DATASET}: sampler_seed=1, sampler_seed=3." in summary
 
 
 def test_a_dataset_without_a_pruned_run_is_projected_with_the_median_share():

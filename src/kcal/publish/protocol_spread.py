@@ -38,6 +38,10 @@ guide, not an exact test.
 *published* mean with ``2 sqrt(sd^2 + se_paper^2)``, marked "(uncertain)" when the verdict flipped at either
 end of ``sd``'s interval; with ``sd`` from 3 or 5 runs its 2 is far from a 95 % quantile.
 
+**Over whole runs** (:func:`whole_run_text`): the cells of one run share its selected models, so the count
+against the binomial is a guide; the test over whole runs ranks the paper's numbers as one more run among ours
+(:func:`kcal.publish.whole_runs.paper_runs`), which with one paper run can decide only from many runs of ours.
+
 Per claim and dataset with runs (:func:`claim_counts`): in how many runs the claim holds (each judged by its
 seed SEs) and the outcome of the t test over the runs (:mod:`kcal.publish.claims`, :mod:`kcal.publish.verdicts`).
 """
@@ -342,7 +346,19 @@ def summary_markdown(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) 
         noise = selection_noise(part)
         if noise:
             lines.append(f'  - "differs" by the seed SE, within the protocol\'s spread: {"; ".join(noise)}')
-    return "\n".join(lines)
+    whole = whole_run_text(replicates, spread)
+    return "\n".join([*lines, *([whole] if whole else [])])
+
+
+def whole_run_text(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) -> str:
+    """The paper's numbers as one more run, over whole runs (:func:`kcal.publish.whole_runs.paper_runs`), on the
+    cells tested."""
+    from kcal.publish import whole_runs  # it reads the runs' cells with replicate_cells, here
+
+    if spread.empty:
+        return ""
+    tested = spread[spread["protocol_verdict"].isin([WITHIN, BEYOND])]
+    return whole_runs.paper_runs_markdown(whole_runs.paper_runs(replicates, tested))
 
 
 def runs_per_dataset(replicates: dict[str, pd.DataFrame]) -> dict[str, int]:

@@ -12,7 +12,7 @@ its replicates (which ran on 1 or 2 workers, every trial to its early stop), cha
   (:mod:`kcal.publish.questions.worker_count`);
 * with its sweeps pruned (``sweep.pruner=<name>``): a *pruned protocol* run, published under
   ``<data>/pruned/<name>/sampler_seed=<k>/`` (:func:`kcal.core.layout.pruned_data_dir`) and judged against the
-  full protocol's runs by the rule of :mod:`kcal.publish.questions.equivalence` (:mod:`kcal.publish.questions.pruned_protocol`).
+  full protocol's runs over whole runs (:mod:`kcal.publish.whole_runs`, :mod:`kcal.publish.questions.pruned_protocol`).
 
 Each folder holds ``results.csv``, ``studies.csv``, ``trials/`` (every trial, its validation and test metrics and
 its per-epoch ``curve``; :mod:`kcal.publish.trials`) and ``provenance.json`` (:func:`provenance`: the ``kcal

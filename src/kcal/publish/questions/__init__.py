@@ -12,7 +12,8 @@ their own (``python -m kcal.publish.questions.<name>``) or rules another questio
 * :mod:`~kcal.publish.questions.pruning_replay`: what would pruners have cut of the finished sweeps?
   (``pruning:*``);
 * :mod:`~kcal.publish.questions.pruned_protocol`: is a pruned protocol the full one, cheaper? (``pruned:*``),
-  by the rule of :mod:`~kcal.publish.questions.equivalence`;
+  over whole runs (:mod:`kcal.publish.whole_runs`, as the worker count), the earlier per-cell rule of
+  :mod:`~kcal.publish.questions.equivalence` beside it;
 * :mod:`~kcal.publish.questions.selection_bootstrap`: the protocol's spread estimated from one run
   (``protocol:estimate``);
 * :mod:`~kcal.publish.questions.tradeoff`: what the regulariser trades along its regularisation paths
@@ -22,7 +23,7 @@ their own (``python -m kcal.publish.questions.<name>``) or rules another questio
 * :mod:`~kcal.publish.questions.trial_range`: where a value lies among a study's own trials.
 
 A question reads the published runs through :mod:`kcal.publish.protocol_runs` and the engine's modules, and
-another question only through its public rule (the pruned protocol is judged by
+another question only through its public rule (the pruned protocol's earlier counts come from
 :func:`kcal.publish.questions.equivalence.judge`).
 """
 

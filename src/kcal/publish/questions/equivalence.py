@@ -2,7 +2,9 @@
 
 The full protocol's runs ``F`` (the published run and its replicates, ``R_F`` runs) and the candidate's runs
 ``P`` (``R_P`` runs of the same datasets, the same sampler seeds where they exist) are compared on four
-counts. Written on 2026-11-27, before any pruned protocol was run; its constants are the module's.
+counts. Written on 2026-11-27, before any pruned protocol was run; its constants are the module's. Since issue 66
+the pruned protocol's verdict is over whole runs (:mod:`kcal.publish.whole_runs`); these counts are shown beside
+it, no longer the verdict.
 
 **1. The cells shift by less than one protocol SD** (per dataset, :func:`shift_test`). A *cell* is one
 number of the paper's tables (flavour, dataset, objective, recalibrator, metric; a number that two tables

@@ -6,10 +6,23 @@
 the published run and its replicates (:mod:`kcal.publish.protocol_spread`). Both are restricted to the datasets
 the pruned runs hold, so every count compares like with like.
 
-**The verdict** is :func:`kcal.publish.questions.equivalence.judge` (its four counts and their constants were fixed
-before any pruned run), *provisional* until :data:`PLANNED_RUNS` runs of each dataset are in (issue 43: 5 on
-heart-disease and breast-cancer, 3 on crime). A protocol that is not *equivalent* ships only as an experiment:
-the full protocol stays the reference.
+**Runs of the reversed pruner** (:func:`superseded`). Until commit 533776f ("pruners: a trial reports its
+running-best validation loss signed to the study's direction") every trial reported its validation cross-entropy,
+which is minimised, to a classification study, which maximises accuracy; SuccessiveHalving ranks reports by the
+study's direction, so it pruned the trials with the *lowest* cross-entropy and kept the worst (issue 66). A
+regression study minimises its validation NLL, the reported value's own direction, so its pruning was right. A
+run folder records the commit of each root it was published from (``provenance.json``); a classification root
+recorded on one of :data:`REVERSED_PRUNER_COMMITS` ran the reversed pruner: its datasets are *superseded*, listed
+as such and left out of the verdict; its regression datasets are kept.
+
+**The verdict** per dataset is over whole runs (:mod:`kcal.publish.whole_runs`): exact permutation tests of the
+pruned runs against the full runs on the best validation score and on the rank score of the cells (every table),
+Holm over the pruner's datasets, equivalence at the score's margin, and where neither is shown "inconclusive:
+needs N runs". It is *provisional* until :data:`PLANNED_RUNS` runs of each dataset (of the fixed pruner) are in
+(issue 43: 5 on heart-disease and breast-cancer, 3 on crime). A protocol that is not *equivalent* on every
+dataset ships only as an experiment: the full protocol stays the reference. The four counts of
+:func:`kcal.publish.questions.equivalence.judge` (fixed before any pruned run, a per-cell rule) are shown beside
+it in DETAILS.md, no longer the verdict.
 
 **What it saves, measured** (:func:`time_rows`), per dataset, the median over runs of
 
@@ -38,6 +51,7 @@ the median share of those measured).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +60,8 @@ import numpy as np
 import pandas as pd
 
 from kcal.core import layout
+from kcal.publish import verdicts as V
+from kcal.publish import whole_runs as W
 from kcal.publish.protocol_runs import Runs, read_runs, reference_folders
 from kcal.publish.questions import Published
 from kcal.publish.questions import equivalence as E
@@ -61,6 +77,42 @@ BUDGET_STATES = ("complete", "pruned")
 """The trials of a sweep's budget, whose epochs count."""
 WORKERS = 2
 """The worker processes the projection divides the trial hours by (the protocol's runs ran on 2)."""
+REVERSED_PRUNER_COMMITS = ("191b484a", "498aff3f")
+"""The commits that published pruned classification runs with the reversed pruner (module docstring): both
+before 533776f, the direction's fix; every later pruned run ran on a commit after it (f5015f8 and on)."""
+
+
+def superseded(folder: Path) -> set[str]:
+    """The datasets of ``folder`` (one pruned run, :func:`kcal.core.layout.pruned_data_dir`) that come from a
+    classification root recorded on one of :data:`REVERSED_PRUNER_COMMITS` (module docstring)."""
+    record = Path(folder) / layout.PROVENANCE_FILE
+    if not record.is_file():
+        return set()
+    found = json.loads(record.read_text(encoding="utf-8"))
+    out = set()
+    for root in found.get("roots", [found]):
+        commit = str(root.get("commit", ""))
+        if root.get("task") == "classification" and any(
+            commit.startswith(c) or c.startswith(commit) for c in REVERSED_PRUNER_COMMITS if commit
+        ):
+            out |= set(root.get("datasets", []))
+    return out
+
+
+def without(runs: Runs, dropped: Mapping[str, set[str]]) -> Runs:
+    """``runs`` less each run's ``dropped[run]`` datasets; a run left with no rows is left out."""
+    out = Runs({}, {}, {})
+    for name, results in runs.results.items():
+        drop = dropped.get(name, set())
+        if not set(results["dataset"]) - drop:
+            continue
+        for part, frame in (
+            (out.results, results),
+            (out.studies, runs.studies[name]),
+            (out.trials, runs.trials[name]),
+        ):
+            part[name] = frame[~frame["dataset"].isin(drop)].reset_index(drop=True) if len(frame) else frame
+    return out
 
 
 def sweep_epochs(trials: pd.DataFrame, dataset: str) -> float:
@@ -137,23 +189,37 @@ def projection(published: pd.DataFrame, saved: Mapping[str, float]) -> tuple[flo
 @dataclass
 class PrunedComparison:
     pruner: str
-    runs: dict[str, list[str]]  # dataset -> the pruned runs that hold it
+    runs: dict[str, list[str]]  # dataset -> the pruned runs that hold it and are judged
     full_runs: dict[str, list[str]]
     judgement: E.Judgement
     times: pd.DataFrame
     projected: tuple[float, float]
     final: bool
+    cases: list[W.Case]  # the verdict per dataset, over whole runs
+    superseded: dict[str, list[str]]  # dataset -> the runs of the reversed pruner, not judged
+
+    @property
+    def equivalent(self) -> bool:
+        return bool(self.cases) and all(c.outcome == V.EQUIVALENT for c in self.cases)
 
 
 def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> PrunedComparison:
-    """The verdict, the time saved and the projection of one pruner's runs (``folders``: by run name)."""
-    pruned = read_runs(folders)
+    """The verdict, the time saved and the projection of one pruner's runs (``folders``: by run name), the
+    datasets of reversed-pruner roots (:func:`superseded`) left out."""
+    dropped = {n: superseded(f) for n, f in folders.items()}
+    read = read_runs(folders)
+    pruned = without(read, dropped)
+    gone = {d: sorted(n for n, r in read.results.items() if d in dropped[n] and d in set(r["dataset"]))
+            for d in sorted({d for ds in dropped.values() for d in ds})}  # fmt: skip
     datasets = {d for r in pruned.results.values() for d in r["dataset"]}
     full = read_runs(reference_folders(data), datasets)
     judgement = E.judge(full.results, pruned.results, full.studies, pruned.studies)
     runs = {
         d: sorted(n for n, r in pruned.results.items() if d in set(r["dataset"])) for d in sorted(datasets)
     }
+    cases = W.judge([W.dataset_case(({n: full.results[n] for n in full.results}, full.studies),
+                                    ({n: pruned.results[n] for n in runs[d]}, pruned.studies), d, pruner)
+                     for d in sorted(datasets)])  # fmt: skip
     full_runs = {
         d: sorted(n for n, r in full.results.items() if d in set(r["dataset"])) for d in sorted(datasets)
     }
@@ -165,7 +231,8 @@ def compare_pruner(data: Path, pruner: str, folders: Mapping[str, Path]) -> Prun
     published = pd.read_csv(Path(data) / layout.STUDIES_FILE)
     projected = projection(published, saved) if saved else (np.nan, np.nan)
     final = all(len(runs.get(d, [])) >= n for d, n in PLANNED_RUNS.items())
-    return PrunedComparison(pruner, runs, full_runs, judgement, times, projected, final)
+    return PrunedComparison(pruner, runs, full_runs, judgement, times, projected, final, cases,
+                            {d: r for d, r in gone.items() if r})  # fmt: skip
 
 
 def comparisons(data: Path) -> list[PrunedComparison]:
@@ -190,6 +257,11 @@ def _passes(passes: bool | None) -> str:
     return {True: "passes", False: "fails", None: "untested"}[passes]
 
 
+def _scores(values: Mapping[str, float]) -> str:
+    """A side's per-run values (signed: higher is better), in run order."""
+    return " / ".join(f"{v:.4g}" for _, v in sorted(values.items())) or "—"
+
+
 def _h(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{x:.2f} h"
 
@@ -197,19 +269,36 @@ def _h(x: float) -> str:
 def _runs_in(c: PrunedComparison) -> str:
     parts = [f"{d} {len(c.runs.get(d, []))} of {n}" for d, n in PLANNED_RUNS.items()]
     state = "final" if c.final else "provisional until all are in"
-    return f"runs in: {', '.join(parts)}; {state}"
+    return f"judged runs in (of the fixed pruner): {', '.join(parts)}; {state}"
+
+
+def verdicts(c: PrunedComparison) -> str:
+    """The verdict per dataset, e.g. ``heart-disease worse, crime inconclusive: needs 40 runs``."""
+    return ", ".join(f"{k.dataset} {k.words}" for k in c.cases)
+
+
+def superseded_text(c: PrunedComparison) -> str:
+    """The runs of the reversed pruner, not judged (module docstring)."""
+    if not c.superseded:
+        return ""
+    runs = "; ".join(f"{d}: {', '.join(r)}" for d, r in c.superseded.items())
+    return (f"Superseded, not judged: the runs of the reversed pruner (recorded on "
+            f"{', '.join(REVERSED_PRUNER_COMMITS)}, before the direction's fix 533776f), {runs}.")  # fmt: skip
 
 
 def summary_line(c: PrunedComparison) -> str:
-    j = c.judgement
     saved = ", ".join(f"{d} {_pct(v)}" for d, v in saved_shares(c.times).items())
     full, pruned = c.projected
-    ship = ("it may replace the full protocol" if j.verdict == E.EQUIVALENT and c.final
+    ship = ("it may replace the full protocol" if c.equivalent and c.final
             else "it ships only as an experiment; the full protocol stays the reference")  # fmt: skip
-    return (f"**`{c.pruner}`: {j.verdict}** ({_runs_in(c)}) by the rule of `kcal.publish.questions.equivalence`, fixed "
-            f"before the runs: {ship}. Share of the sweeps saved (median over runs; of CPU hours where both sides "
-            f"recorded them, else of epochs, else of trial hours): {saved}; the seven datasets' sweeps on {WORKERS} workers, projected from the published run's "
-            f"trial hours: {full:.1f} h -> {pruned:.1f} h.")  # fmt: skip
+    lines = [f"**`{c.pruner}`: {verdicts(c)}** ({_runs_in(c)}), over whole runs (`kcal.publish.whole_runs`: exact "
+             f"permutation tests, Holm over its {len(c.cases)} datasets): {ship}. Share of the sweeps saved (median "
+             f"over runs; of CPU hours where both sides recorded them, else of epochs, else of trial hours): {saved}; "
+             f"the seven datasets' sweeps on {WORKERS} workers, projected from the published run's trial hours: "
+             f"{full:.1f} h -> {pruned:.1f} h. " + superseded_text(c)]  # fmt: skip
+    lines += [f"{k.dataset}, {k.words} ({len(k.best[1])} pruned vs {len(k.best[0])} full runs): {W.case_text(k)}."
+              for k in c.cases]  # fmt: skip
+    return " ".join(line.strip() for line in lines)
 
 
 def summary_block(found: list[PrunedComparison]) -> str:
@@ -224,9 +313,17 @@ def details_block(found: list[PrunedComparison]) -> str:
     out = []
     for c in found:
         j = c.judgement
-        out += [f"**`{c.pruner}`: {j.verdict}** ({_runs_in(c)}). Pruned runs: "
+        out += [f"**`{c.pruner}`: {verdicts(c)}** ({_runs_in(c)}). Pruned runs judged: "
                 + "; ".join(f"{d}: {', '.join(r)}" for d, r in c.runs.items())
-                + ". Full runs: " + "; ".join(f"{d}: {', '.join(r)}" for d, r in c.full_runs.items()) + ".", "",
+                + ". Full runs: " + "; ".join(f"{d}: {', '.join(r)}" for d, r in c.full_runs.items()) + ". "
+                + superseded_text(c), "",
+                "| dataset | best validation score, full runs | pruned runs | rank score of the cells, full runs | "
+                "pruned runs | verdict |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for k in c.cases:
+            out.append(f"| {k.dataset} | {_scores(k.best[0])} | {_scores(k.best[1])} | {_scores(k.rank[0])} | "
+                       f"{_scores(k.rank[1])} | {k.words} |")  # fmt: skip
+        out += ["", f"The earlier per-cell rule (`kcal.publish.questions.equivalence`, fixed before the runs; no "
+                f"longer the verdict) on the same runs: {j.verdict}.", "",
                 "| count | measured | passes |", "|---|---|---|"]  # fmt: skip
         for s in j.shifts:
             shift = (f"{s.shift:+.2f} [{s.low:+.2f}, {s.high:+.2f}]" if np.isfinite(s.shift)

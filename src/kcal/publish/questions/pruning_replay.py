@@ -222,7 +222,7 @@ def pruning_blocks(data: Path) -> dict[str, str]:
                    f"{_pct(r['survived'])} of them (largest regret {r['regret_max']:.3g}) and saves a median "
                    f"{_pct(r['epochs_saved'])} of the sweeps' epochs")  # fmt: skip
     short = (f"Pruners replayed over {n} studies' per-epoch curves: {verdict}. Whether a pruned protocol gives "
-             "the same answer is judged on its own replicates by `kcal.publish.questions.equivalence` (below); the "
+             "the same answer is judged on its own replicates over whole runs by `kcal.publish.whole_runs` (below); the "
              "full protocol stays the reference unless one is shown equal.")  # fmt: skip
     return {"pruning:summary": short, "pruning": details}
 

@@ -4,7 +4,9 @@
 **The runs.** The *reference runs* are the published run and its replicates (``replicates/sampler_seed=<k>``),
 which ran on 1 or 2 worker processes. The *worker runs* are the worker-count replicates
 (``workers/jobs=<N>/sampler_seed=<k>``, :mod:`kcal.publish.variant_report`): the same protocol, budget and
-sampler seeds with ``reproduce.jobs=N``; a run whose sampler's parallel setting differs too (a fix tried,
+sampler seeds with ``reproduce.jobs=N``, run in the asynchronous mode (the sweep's only mode then; since issue 67
+the default sweep is deterministic, the same numbers at any worker count, ``tests/orchestrate/test_determinism.py``,
+so these runs describe the asynchronous mode, ``sweep.mode=async``, and its history); a run whose sampler's parallel setting differs too (a fix tried,
 :mod:`kcal.sweep.samplers`) is its own group, ``workers/jobs=<N>,<setting>/``, compared the same way. With N workers, constant-liar TPE samples each trial while N - 1 others
 are unfinished, so the question is whether that changes what the protocol selects. Each (dataset, objective)
 is compared over the reference runs that hold it (R of them) and the worker runs of one N that hold it (m).
@@ -49,11 +51,13 @@ R - 1 degrees of freedom) and the three outcomes of :mod:`kcal.publish.verdicts`
 6. **The selected learning rates** (a lead to *why*, in DETAILS.md only, :func:`lr_text`): each side's median
    ``trainer.lr`` over its selections, and that of each selection with worse cells.
 
-**The verdict per dataset** (:func:`dataset_verdict`), in the three outcomes: *worse* when the selection score
-is worse on some objective (rule 1), or more cells are worse than chance allows (rule 2), or the claims agree
-worse (rule 3); else *better* when the selection score is better on some objective or more cells are better
-than chance allows; else *indistinguishable*. It is provisional until PLANNED_RUNS worker runs are in (issue 43
-asks for 5 per dataset). A dataset with fewer than 2 reference runs is *not compared*.
+**The verdict per dataset and setting** is over whole runs (:mod:`kcal.publish.whole_runs`, issue 66): exact
+permutation tests of the worker runs against the reference runs on the best validation score (averaged over the
+dataset's objectives) and on the rank score of the cells of Tables 4 and 5, Holm over every dataset and setting,
+equivalence at the score's margin (the accuracy margin of ``claims.md``), else "inconclusive: needs N runs"
+(:func:`judged`). Rules 1 to 6 above are counts beside it, not in it (the cells of one run share its selected
+models: a count of cells is not a count of independent tests). It is provisional until PLANNED_RUNS worker runs
+are in (issue 43 asks for 5 per dataset). A dataset with fewer than 2 reference runs is *not compared*.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ import pandas as pd
 
 from kcal.core import layout
 from kcal.publish import verdicts as V
+from kcal.publish import whole_runs as W
 from kcal.publish.claims import CLAIMS, evaluate_claim
 from kcal.publish.protocol_runs import Runs, read_runs, reference_folders
 from kcal.publish.protocol_spread import ALPHA, chance_range, prediction_half_width, replicate_cells
@@ -82,10 +87,11 @@ PLANNED_RUNS = 5
 """Worker runs per dataset that issue 43 asks for; the verdict is provisional below this."""
 CELL_TABLES = ("classification", "classification_tempscaling")
 README_ADVICE = "running it on every core, a GPU or a cluster"
-README_LIMIT = "to compare with the published numbers, use `JOBS=2`"
+README_LIMIT = "the asynchronous mode on more than 2 workers selects worse configurations"
 """What the README says where a dataset's verdict is *worse* and no fix is shown (:func:`readme_must_say`)."""
-README_FIX = "on more than 2 workers, add `sweep.startup_by=started`"
-"""What the README says once a fix of the sampler is shown: all its planned runs in, no dataset *worse*."""
+README_FIX = "in the asynchronous mode on more than 2 workers, add `sweep.startup_by=started`"
+"""What the README says where a dataset is *worse* and a fix of the sampler is shown: all its planned runs in, no
+dataset *worse* with it."""
 """What the README advises about workers (tests/publish/test_worker_count.py checks that it still says so); the
 protocol's default ``reproduce.jobs`` is the CPU count."""
 WITHIN, OUTSIDE = "within", "outside"
@@ -260,18 +266,6 @@ def trials_summary(trials: pd.DataFrame, bar: float) -> tuple[float, float, int]
     return float(done.mean()), float((done >= bar - MARGIN - 1e-12).mean()), len(done)
 
 
-def dataset_verdict(selection: Sequence[str], cells: pd.DataFrame, claims: str) -> str:
-    """The verdict on a dataset from its objectives' selection-score outcomes (rule 1), its cell checks (rule 2,
-    every worker run's cells of the dataset) and the outcome of its claims' agreement (rule 3)."""
-    n = len(cells)
-    worse, better = int((cells["outcome"] == V.WORSE).sum()), int((cells["outcome"] == V.BETTER).sum())
-    if V.WORSE in selection or worse > side_bound(n) or claims == V.WORSE:
-        return V.WORSE
-    if V.BETTER in selection or better > side_bound(n):
-        return V.BETTER
-    return V.INDISTINGUISHABLE
-
-
 # ---- the published runs --------------------------------------------------------------------------------------
 def _pair(frame: pd.DataFrame, dataset: str, objective: str) -> pd.DataFrame:
     return frame[(frame["dataset"] == dataset) & (frame["objective"] == objective)]
@@ -346,6 +340,7 @@ class DatasetComparison:
     null: Null = Null()  # reference_null
     # the selected configurations' learning rates, {(run, row): lr}: the reference runs', the worker runs'
     lrs: tuple[dict, dict] = ({}, {})
+    case: W.Case | None = None  # the verdict's tests over whole runs (None: not compared)
 
 
 def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetComparison:
@@ -364,13 +359,24 @@ def compare_dataset(ref: Runs, wrk: Runs, dataset: str, label: str) -> DatasetCo
     table = [
         (c, f, [o.get((c, f), "—") for o in r_out], [o.get((c, f), "—") for o in w_out]) for c, f in keys
     ]
-    verdict = NOT_COMPARED
-    if len(rnames) >= 2:
-        verdict = dataset_verdict([o["best"].outcome for o in objectives], cells,
-                                  claims.outcome if claims else V.INDISTINGUISHABLE)  # fmt: skip
+    case = None
+    if len(rnames) >= 2 and wnames:
+        wonly = {n: wrk.results[n][wrk.results[n]["dataset"] == dataset] for n in wnames}
+        case = W.dataset_case((only, ref.studies), (wonly, wrk.studies), dataset, label, CELL_TABLES)
+        W.judge([case])  # alone; :func:`comparisons` judges it again within its family
     lrs = (learning_rates(ref, rnames, dataset), learning_rates(wrk, wnames, dataset))
-    return DatasetComparison(dataset, label, wnames, rnames, objectives, cells, claims, table, verdict,
-                             reference_null(only), lrs)  # fmt: skip
+    return DatasetComparison(dataset, label, wnames, rnames, objectives, cells, claims, table,
+                             case.words if case else NOT_COMPARED, reference_null(only), lrs, case)  # fmt: skip
+
+
+def judged(found: list[DatasetComparison]) -> list[DatasetComparison]:
+    """``found`` with every compared dataset's verdict from its tests judged within one family, every dataset
+    and setting (Holm, :func:`kcal.publish.whole_runs.judge`)."""
+    W.judge([c.case for c in found if c.case])
+    for c in found:
+        if c.case:
+            c.verdict = c.case.words
+    return found
 
 
 def comparisons(data: Path) -> list[DatasetComparison]:
@@ -385,7 +391,7 @@ def comparisons(data: Path) -> list[DatasetComparison]:
         wrk = read_runs({name: folder for (lab, name), folder in workers.items() if lab == label})
         for dataset in sorted({d for r in wrk.results.values() for d in r["dataset"]}):
             out.append(compare_dataset(ref, wrk, dataset, label))
-    return out
+    return judged(out)
 
 
 # ---- the report's blocks -----------------------------------------------------------------------------------
@@ -395,6 +401,10 @@ def _f(x: float) -> str:
 
 def _values(values: Sequence[float]) -> str:
     return " / ".join(_f(v) for v in values)
+
+
+def _runs_values(sides: tuple[dict, dict]) -> str:
+    return "; ".join(" / ".join(f"{v:.5g}" for _, v in sorted(side.items())) for side in sides)
 
 
 def _range(c: Comparison) -> str:
@@ -453,34 +463,25 @@ def lr_text(c: DatasetComparison) -> str:
 
 
 def summary_line(c: DatasetComparison) -> str:
-    """One dataset's verdict in a line, with what it rests on."""
-    within = sum(o["best"].outcome == V.INDISTINGUISHABLE for o in c.objectives)
-    n, worse, better = _side_counts(c.cells)
-    bound = side_bound(n)
-    claims = "claims: not compared"
-    if c.claims:
-        claims = (f"claim outcomes (per claim and flavour) agree with the 1-2 worker runs' in a share "
-                  f"{_values(c.claims.workers)}, against {_values(c.claims.reference)} among those runs: "
-                  f"{c.claims.outcome}")  # fmt: skip
-    trials = [o for o in c.objectives if "trials_mean" in o]
-    lower = sum(np.mean(o["trials_mean"].workers) < o["trials_mean"].mean for o in trials)
-    trials_worse = sum(o["trials_mean"].outcome == V.WORSE for o in trials)
-    return (f"**{c.dataset} at {setting(c.label)}: {c.verdict}** ({_runs_in(c)}). Best validation score: indistinguishable from the "
-            f"1-2 worker runs' on {within} of {len(c.objectives)} objectives; test cells outside the prediction "
-            f"interval: {worse} worse, {better} better of {n} (chance alone: at most {bound} each side), the worse "
-            f"from {selections(c.cells, V.WORSE)}{''.join(f'; {t}' for t in [null_text(c)] if t)}; {claims}. "
-            f"Trials: mean validation score "
-            f"lower than the 1-2 worker runs' mean on {lower} of {len(trials)} objectives, worse beyond the "
-            f"interval on {trials_worse}.")  # fmt: skip
+    """One dataset's verdict in a line, with the whole-run tests it rests on."""
+    tests = f": {W.case_text(c.case)}" if c.case else ""
+    return f"**{c.dataset} at {setting(c.label)}: {c.verdict}** ({_runs_in(c)}){tests}."
+
+
+ASYNC = ("These runs measured the asynchronous mode (`sweep.mode=async`: each worker asks constant-liar TPE for a "
+         "trial while the others' are unfinished), the sweep's only mode when they ran. Since issue 67 the default "
+         "sweep is deterministic: one process asks for every trial and tells every result in a fixed order, so a "
+         "reproduction gives the same numbers at any worker count (`tests/orchestrate/test_determinism.py`); the "
+         "verdicts describe the asynchronous mode and its history, not a default reproduction.")  # fmt: skip
 
 
 def advice(found: list[DatasetComparison]) -> str:
-    """What the README advises about workers, whether the verdicts change that yet, and where a fix of the
-    sampler's parallel setting stands (its own group of runs, :func:`setting`)."""
+    """What the README advises about workers, whether the verdicts change that, and where a fix of the sampler's
+    parallel setting stands (its own group of runs, :func:`setting`)."""
     plain = [c for c in found if "," not in c.label]
     fixes = [c for c in found if "," in c.label]
-    text = (f'The README advises "{README_ADVICE}" (`docs/reproduction.md`; `reproduce.jobs` defaults to the CPU '
-            f"count). ")  # fmt: skip
+    text = (f'{ASYNC} The README advises "{README_ADVICE}" (`docs/reproduction.md`; `reproduce.jobs` defaults to the '
+            f"CPU count). ")  # fmt: skip
     worse = [c.dataset for c in plain if c.verdict == V.WORSE]
     if plain and min(len(c.worker_runs) for c in plain) < PLANNED_RUNS:
         text += (f"With {min(len(c.worker_runs) for c in plain)} of {PLANNED_RUNS} worker runs in, the verdicts "
@@ -493,23 +494,15 @@ def advice(found: list[DatasetComparison]) -> str:
         text += (f"The verdict is *worse* on {', '.join(worse)}: the README states the measured limit "
                  f'("{README_LIMIT}") until a fix is shown with the same replicates.')  # fmt: skip
     elif plain:
-        text += "No dataset is *worse*: the advice stands."
-    for c in plain:
-        if (
-            c.verdict == V.WORSE
-            and c.null.cells
-            and flagged_runs(c.cells) / len(c.worker_runs) <= c.null.flagged / len(c.reference_runs)
-        ):
-            text += (f" On {c.dataset} the cell rule flags the 1-2 worker runs themselves as often ({c.null.flagged} of "
-                     f"{len(c.reference_runs)} runs, each against the others) as the runs at {setting(c.label)} "
-                     f"({flagged_runs(c.cells)} of {len(c.worker_runs)}).")  # fmt: skip
+        text += ("No dataset is *worse* over whole runs: the advice stands, and the README states no limit on "
+                 "the number of workers.")  # fmt: skip
     for label in sorted({c.label for c in fixes}):
         runs = [c for c in fixes if c.label == label]
         done = min(len(c.worker_runs) for c in runs)
         verdicts = ", ".join(f"{c.dataset} {c.verdict}" for c in runs)
         state = "final" if done >= PLANNED_RUNS else f"provisional, {done} of {PLANNED_RUNS} runs in"
         text += f" The fix tried, {setting(label)}: {verdicts} ({state})."
-        if label in shown_fixes(found):
+        if label in shown_fixes(found) and worse:
             text += f' It is shown: the README says "{README_FIX}".'
     return text
 
@@ -522,22 +515,21 @@ def shown_fixes(found: list[DatasetComparison]) -> list[str]:
 
 
 def readme_must_say(found: list[DatasetComparison]) -> str | None:
-    """What the README has to state about workers given the published verdicts: :data:`README_FIX` once a fix of
-    ``startup_by=started`` is shown, else :data:`README_LIMIT` where the plain runs are *worse* on some dataset
-    with all their runs in, else nothing."""
-    if "jobs=8,startup_by=started" in shown_fixes(found):
-        return README_FIX
+    """What the README has to state about workers given the published verdicts: where the plain runs are *worse*
+    on some dataset with all their runs in, :data:`README_FIX` once a fix of ``startup_by=started`` is shown, else
+    :data:`README_LIMIT`; nothing where no dataset is *worse* (tests/publish/test_worker_count.py checks the
+    README against the published verdicts)."""
     plain = [c for c in found if "," not in c.label]
-    if any(c.verdict == V.WORSE and len(c.worker_runs) >= PLANNED_RUNS for c in plain):
-        return README_LIMIT
-    return None
+    if not any(c.verdict == V.WORSE and len(c.worker_runs) >= PLANNED_RUNS for c in plain):
+        return None
+    return README_FIX if "jobs=8,startup_by=started" in shown_fixes(found) else README_LIMIT
 
 
 def summary_block(found: list[DatasetComparison]) -> str:
     if not found:
         return NONE_YET
     lines = [f"- {summary_line(c)}" for c in found]
-    return "\n".join([*lines, "", advice(found), "Rules and every number: DETAILS.md."])
+    return "\n".join([*lines, "", advice(found) + " Rules and every number: DETAILS.md."])
 
 
 def details_block(found: list[DatasetComparison]) -> str:
@@ -546,7 +538,9 @@ def details_block(found: list[DatasetComparison]) -> str:
     out = [
         "Reference runs: the published run and its replicates (1 or 2 worker processes); worker runs: "
         "`workers/jobs=<N>/sampler_seed=<k>` in the published data (command and commit in each "
-        "`provenance.json`). Rules: `kcal.publish.questions.worker_count` (a 95 % prediction interval from the reference runs, "
+        "`provenance.json`). The verdict: over whole runs (`kcal.publish.whole_runs`; per run, the best validation "
+        "score averaged over the objectives and the rank score of the cells). The counts below it, not in it: "
+        "`kcal.publish.questions.worker_count` (a 95 % prediction interval from the reference runs, "
         f"t with R - 1 degrees of freedom; near the best: a score at least the reference runs' median best "
         f"score less {MARGIN:g}).", "",
         "| dataset | objective | best score, 1-2 workers | mean ± prediction (one run) | N workers | each | "
@@ -570,8 +564,12 @@ def details_block(found: list[DatasetComparison]) -> str:
             out.append("| " + " | ".join(cells) + " |")
     for c in found:
         n, worse, better = _side_counts(c.cells)
-        out += ["", f"**{c.dataset}, {setting(c.label)}: {c.verdict}** ({_runs_in(c)}).", "",
-                f"- Test cells (Tables 4 and 5, both flavours) outside the prediction interval of the "
+        out += ["", f"**{c.dataset}, {setting(c.label)}: {c.verdict}** ({_runs_in(c)}).", ""]
+        if c.case:
+            out.append(f"- Over whole runs, per run (higher is better; 1-2 workers, then {setting(c.label)}): best "
+                       f"validation score {_runs_values(c.case.best)}; rank score of the cells "
+                       f"{_runs_values(c.case.rank)}.")  # fmt: skip
+        out += [f"- Test cells (Tables 4 and 5, both flavours; a count, not the verdict) outside the prediction interval of the "
                 f"{len(c.reference_runs)} reference runs: {worse} worse, {better} better of {n} (chance alone: at "
                 f"most {side_bound(n)} each side)" + "".join(f"; {t}" for t in [null_text(c)] if t) + "."]  # fmt: skip
         if c.lrs[0] and c.lrs[1]:
