@@ -39,7 +39,7 @@ FLAVOUR_NAMES = {"exact": r"\bexact\b(?!ly)", "official": r"\bofficial\b"}
 RECAL_NAMES = {  # matched in this order, each match blanked
     "none": r"\bwithout (?:any )?(?:post-hoc|recalibration|temperature scaling)|\bbefore (?:any )?(?:post-hoc|"
             r"recalibration|temperature scaling)|\bno post-hoc",
-    "post-hoc": r"\bpost-hoc|\brecalibrat|\btemperature scaling|\bconformal",
+    "post-hoc": r"\bpost-hoc|\brecalibrat|\btemp(?:erature|\.) scaling|\bconformal",
 }  # fmt: skip
 TABLE_NAMES = {  # paper table (its number) -> the table names of the cells
     "3": "regression", "4": "classification", "5": "classification_tempscaling", "6": "sample_size",
@@ -52,6 +52,8 @@ CONTEXTS = {
     "trials": r"\btrials?\b",
     "fronts": r"pareto|front",
     "parameters": r"λ|weight|width|batch|bandwidth|learning rate",
+    "pruned": r"prun",
+    "workers": r"workers?\b|\bjobs\b",
 }
 """Pools of values a number may come from only where its paragraph or headings match the pattern."""
 
@@ -61,7 +63,7 @@ NUMBER = re.compile(
 WORD = re.compile(r"\b(" + "|".join(WORDS) + r")\s+[a-z]", re.I)
 REFERENCE = re.compile(
     r"\b(?:Tables?|Figures?)\s+\d{1,2}(?:(?:,\s*|\s+and\s+|\s*[-–]\s*)\d{1,2}(?!\d|\.\d))*(?!\d|\.\d)"
-    r"|(?:§|\bSections?\s+)\s*\d+(?:\.\d+)*|\bAppendix\s+[A-Z](?:\.\d+)*"
+    r"|(?:§|\bSections?\s+)\s*\d+(?:\.\d+)*|\bAppendix\s+[A-Z](?:\.\d+)*|\bissues?\s+\d+"
 )
 DIGIT_LETTER = str.maketrans("0123456789", "abcdefghij")
 """A reference's digits as letters (``Table 6`` -> ``Table g``): no longer a number, still a table's name."""
@@ -88,6 +90,31 @@ LAMBDA_AFTER = re.compile(
 LAMBDA_RANGE = re.compile(r"\b(?:up to|until|below|above|beyond)\s+λ\s*=")
 GROUP_GAP = re.compile(r"^(?:'s|’s)?(?:\s*,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|\s*/\s*)$")
 """What may stand between two names of one group (``XE's and XE + MMCE's``, ``adult, dry-bean and crime``)."""
+UNPUBLISHED = {
+    "history": (r"`[^`]*history\.csv`", "a seed's or trial's training log (`history.csv`): per-epoch values, kept in "
+                "the runs' roots, not in the published data"),
+    "metrics.json": (r"`[^`]*metrics\.json`", "a trial's own test metrics (`metrics.json`) where its study's trials "
+                     "table is not published"),
+    "bench": (r"`python -m kcal\.bench\.[\w.]+|`kcal\.bench\.[\w.]+`|`--(?:batch|bandwidths)\b",
+              "a benchmark's printed measurement (`python -m kcal.bench.*`), run on the data, not published"),
+    "ablation run": (r"`[^`]*\bablation\.(?:grid|key)\b", "an ablation run's own log (its wall time, its epochs)"),
+}  # fmt: skip
+"""Sources outside the published data a sentence may name for its numbers, each with why it is not published: a
+number of a sentence (or of a table under a paragraph) that names one is read as that measurement and not matched
+to a cell; every other number of the sentence still is. Every entry must be used."""
+UNPUBLISHED_COLUMNS = {
+    "epochs": (r"\bepochs\b", "an ablation's epochs trained (its seeds' logs)"),
+    "regulariser share": (r"regulariser\s*/", "the regulariser's share of the loss over an ablation's epochs (its "
+                          "seeds' logs)"),
+}  # fmt: skip
+"""A table column whose header names a quantity of an unpublished log (:data:`UNPUBLISHED`)."""
+
+
+def sources(text: str, table: dict[str, tuple[str, str]] | None = None) -> frozenset[str]:
+    """The unpublished sources ``text`` names (:data:`UNPUBLISHED`, or ``table``)."""
+    return frozenset(k for k, (p, _) in (table or UNPUBLISHED).items() if re.search(p, text))
+
+
 DIMENSIONS = ("datasets", "rows", "metrics", "flavours", "recals", "tables", "lams")
 
 
@@ -112,6 +139,7 @@ class Number:
     sentence: int = -1  # which sentence of its text (numbers of one sentence share it)
     position: int = 0  # where in its sentence
     opens: tuple[int, ...] = ()  # where its sentence opens a parenthesis, for what follows an SE multiple
+    sources: frozenset[str] = frozenset()  # the unpublished sources its sentence names (:data:`UNPUBLISHED`)
 
     def named(self) -> dict[str, frozenset]:
         return {d: getattr(self, d) for d in DIMENSIONS}
@@ -224,7 +252,46 @@ def paragraphs(text: str) -> Iterator[tuple[list[str], int, str]]:
 
 def sentences(paragraph: str) -> list[str]:
     """A paragraph's sentences (a table's rows count as sentences)."""
-    return re.split(r"(?<=[.;!?])\s+(?=[A-Z*(])|\n(?=\|)", paragraph)
+    return re.split(r"(?<=[.;!?])\s+(?=[A-Z*(])|\n(?=\s*\|)", paragraph)
+
+
+TABLE_ROW = re.compile(r"^\s*\|")
+KEY_COLUMN = re.compile(r"^\s*(?:λ|weight)\s*$")
+"""A table's first column header that makes each row a λ: its first cell is the λ of the row's other cells."""
+
+
+def table_header(paragraph: str) -> list[str]:
+    """The column headers of a paragraph that is a Markdown table (its first line, over a ``|---|`` line), else
+    none."""
+    lines = paragraph.split("\n")
+    if len(lines) < 2 or not TABLE_ROW.match(lines[0]) or not re.match(r"^\s*\|\s*:?-", lines[1]):
+        return []
+    return lines[0].strip().strip("|").split("|")
+
+
+def table_key(header: list[str], row: str) -> frozenset[float] | None:
+    """The λ of a table's row where its first column is λ (:data:`KEY_COLUMN`), else None."""
+    if not header or not KEY_COLUMN.match(header[0]) or not TABLE_ROW.match(row):
+        return None
+    first = NUMBER.search(row.strip().strip("|").split("|")[0])
+    return frozenset({parse(first.group("num"))[0]}) if first else None
+
+
+def column_names(header: list[str], column: int) -> dict[str, frozenset]:
+    """What a table's column header names (its metric, flavour, recalibration, row); where some header names a
+    recalibration, a column that names none is the one without (``QCE`` beside ``QCE, post-hoc``)."""
+    if not 0 <= column < len(header):
+        return {}
+    text = header[column]
+    named = {
+        "metrics": {k for *_, k in mentions(blank_rows(text), METRICS)},
+        "flavours": {k for *_, k in mentions(text, FLAVOUR_NAMES)},
+        "recals": {k for *_, k in mentions(text, RECAL_NAMES, blank=True)},
+        "rows": {k for *_, k in mentions(text, ROWS, blank=True)},
+    }
+    if not named["recals"] and any(mentions(h, RECAL_NAMES) for h in header):
+        named["recals"] = {"none"}
+    return {d: frozenset(v) for d, v in named.items() if v}
 
 
 def kind_of(sentence: str, m: re.Match, tolerance: float) -> tuple[str, str]:
@@ -282,13 +349,20 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
     patterns = dataset_patterns(datasets)
     original = text.split("\n")
     out: list[Number] = []
-    index = 0
+    index, before = 0, ""
     for headings, start, para in paragraphs(prose(text)):
         context = frozenset(
             n for n, p in CONTEXTS.items() if re.search(p, para + " " + " ".join(headings), re.I)
         )
+        header = table_header(para)
+        raw = "\n".join(original[start : start + para.count("\n") + 1])  # aligned with ``para``, code kept
+        offset, caption = 0, sources(before) if header else frozenset()
+        before = raw
         for sentence in sentences(para):
             index += 1
+            offset = para.find(sentence, offset)
+            named_sources = sources(raw[offset : offset + len(sentence)]) | caption
+            row_lam = table_key(header, sentence)
             datasets = lambda t: mentions(t, patterns)  # noqa: E731
             metrics = lambda t: mentions(blank_rows(t), METRICS)  # noqa: E731
             names = {
@@ -317,17 +391,28 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
                     cell["lams"] = frozenset({parse(at.group("num"))[0]})
                 elif cell["lams"]:  # the sentence's λ: a cell of no path (published rows) may be meant too
                     cell["lams"] |= {float("nan")}
+                source = named_sources
+                if header and TABLE_ROW.match(sentence):  # a table's row: its column's header names the cell
+                    column = sentence[: m.start()].count("|") - 1
+                    cell.update(column_names(header, column))
+                    source |= sources(
+                        header[column] if 0 <= column < len(header) else "", UNPUBLISHED_COLUMNS
+                    )
+                    if row_lam is not None:
+                        kind, cell["lams"] = ("lambda", frozenset()) if column == 0 else (kind, row_lam)
                 if kind == "lambda":
                     cell["lams"] = frozenset()
                 in_range = bool(
                     RANGE_END.match(sentence[m.end() :]) or RANGE_START.search(sentence[: m.start()])
                 )
                 out.append(Number(m.group(0).strip(), value, tol, kind, contexts=context, where=where, se=se,
-                                  in_range=in_range, sentence=index, position=m.start(), opens=opens, **cell))  # fmt: skip
+                                  in_range=in_range, sentence=index, position=m.start(), opens=opens,
+                                  sources=source, **cell))  # fmt: skip
             for m in WORD.finditer(sentence):
                 cell = {d: n.at(m.start(), m.end()) for d, n in names.items()}
                 out.append(Number(m.group(1), float(WORDS[m.group(1).lower()]), 0.0, "count", contexts=context,
-                                  where=where, sentence=index, position=m.start(), **cell))  # fmt: skip
+                                  where=where, sentence=index, position=m.start(), sources=named_sources,
+                                  **cell))  # fmt: skip
     return out
 
 

@@ -125,7 +125,7 @@ def check(numbers: list[Number], data: Published) -> list[tuple[Number, str]]:
             scale = np.where(match["metric"].eq("acc"), 100.0, 1.0)
             match = match[(np.abs(d - number.value) <= slack) | (np.abs(d * scale - number.value) <= slack)]
         seen.append((number, match))
-        if why:
+        if why and not number.sources:  # a number of an unpublished measurement its sentence names
             failed.append((number, why))
     for entries in by_sentence.values():
         for k, (number, _) in enumerate(entries):
