@@ -10,6 +10,9 @@ after it (``... (59.475) in accuracy``), else its paragraph's, else its innermos
 sentence; its paper *table* (``Table 6``) the last before it, else every one its sentence names; its *λ* a
 ``at λ = X`` right after it, else every ``λ = X`` of its sentence (and λ = 0 after ``alone``; a cell of no path may
 be meant too), none where the sentence gives a range (``up to λ = 100``). A dimension left empty holds every value.
+A dataset named as a comparison (``as on heart-disease``) is not the sentence's. In a Markdown table each row is a
+sentence, and a number's metric, flavour and recalibration are its column header's where that names them; where the
+first column is ``λ`` or ``weight`` its cell is the row's λ.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ WORDS = {w: i for i, w in enumerate("two three four five six seven eight nine te
 METRICS = {
     "acc": r"accura|\bacc\b", "ece": r"\bECE\b", "classwise_ece": r"classwise", "kce": r"\bKCE\b",
     "entropy": r"entrop|\bsharp(?:er|est)?\b", "nll": r"\bNLL\b(?!\s*(?:\+|row|model|trial|objective|'s|’s))",
-    "qce": r"\bQCE\b", "dce": r"\bDCE\b", "crps": r"\bCRPS\b", "temperature": r"temperature(?! scaling)|\bT = ",
+    "qce": r"\bQCE\b", "dce": r"\bDCE\b", "crps": r"\bCRPS\b", "temperature": r"temperature(?! scaling|-scaled)|\bT = ",
     "sharpness": r"sharpness",
 }  # fmt: skip
 """Metric names (a row's name ``NLL + ...``, ``NLL row``, ``NLL's`` is the objective, not the metric)."""
@@ -37,8 +40,8 @@ ROWS = {  # matched in this order; a match is blanked before the next pattern is
 """The rows (objectives) by name."""
 FLAVOUR_NAMES = {"exact": r"\bexact\b(?!ly)", "official": r"\bofficial\b"}
 RECAL_NAMES = {  # matched in this order, each match blanked
-    "none": r"\bwithout (?:any )?(?:post-hoc|recalibration|temperature scaling)|\bbefore (?:any )?(?:post-hoc|"
-            r"recalibration|temperature scaling)|\bno post-hoc",
+    "none": r"\b(?:without|before) (?:any )?(?:post-hoc(?: recalibration)?|recalibration|temperature scaling)"
+            r"|\bno post-hoc",
     "post-hoc": r"\bpost-hoc|\brecalibrat|\btemp(?:erature|\.) scaling|\bconformal",
 }  # fmt: skip
 TABLE_NAMES = {  # paper table (its number) -> the table names of the cells
@@ -97,6 +100,12 @@ UNPUBLISHED = {
                      "table is not published"),
     "bench": (r"`python -m kcal\.bench\.[\w.]+|`kcal\.bench\.[\w.]+`|`--(?:batch|bandwidths)\b",
               "a benchmark's printed measurement (`python -m kcal.bench.*`), run on the data, not published"),
+    "measured": (r"\bmeasured on the (?:training|test) rows\b", "a measurement on a dataset's rows (its distances, a "
+                 "kernel's values), not published"),
+    "run root": (r"`outputs/[^`]*`|\bin the same root\b", "a run's own root (its study records, the selected trial's "
+                 "parameters) where the run published its results only"),
+    "log": (r"`python -m kcal (?:reevaluate|reproduce)\b[^`]*`|`kcal/diagnostics\.py`", "a command's printed log (quoted) "
+            "or a training-curve quantity of the seeds' logs (`kcal/diagnostics.py`), not published"),
     "ablation run": (r"`[^`]*\bablation\.(?:grid|key)\b", "an ablation run's own log (its wall time, its epochs)"),
 }  # fmt: skip
 """Sources outside the published data a sentence may name for its numbers, each with why it is not published: a
@@ -189,6 +198,18 @@ def dataset_patterns(datasets: Iterable[str]) -> dict[str, str]:
     return {d: rf"(?<![\w-]){re.escape(d)}(?![\w-])" for d in datasets}
 
 
+AS_ON = re.compile(
+    r"\b(?:as|like)\s+(?:on|in|for)\s+(?:(?:and\s+|or\s+)?[a-z][\w-]*(?:,\s*|\s+(?=and|or)))*"
+    r"(?:and\s+|or\s+)?[a-z][\w-]*"
+)
+"""A reference to another dataset (``as on heart-disease and online-shoppers``): not the sentence's dataset."""
+
+
+def dataset_mentions(text: str, patterns: dict[str, str]) -> list[tuple[int, int, str]]:
+    """The datasets ``text`` names, but for those it compares to (:data:`AS_ON`)."""
+    return mentions(AS_ON.sub(lambda m: " " * len(m.group(0)), text), patterns)
+
+
 def table_mentions(text: str) -> list[tuple[int, int, str]]:
     out = []
     for m in TABLE_MENTION.finditer(text):
@@ -252,7 +273,7 @@ def paragraphs(text: str) -> Iterator[tuple[list[str], int, str]]:
 
 def sentences(paragraph: str) -> list[str]:
     """A paragraph's sentences (a table's rows count as sentences)."""
-    return re.split(r"(?<=[.;!?])\s+(?=[A-Z*(])|\n(?=\s*\|)", paragraph)
+    return re.split(r"(?:(?<=[.;!?])|(?<=[.;!?]\)))\s+(?=[A-Z*(])|\n(?=\s*\|)", paragraph)
 
 
 TABLE_ROW = re.compile(r"^\s*\|")
@@ -363,7 +384,7 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
             offset = para.find(sentence, offset)
             named_sources = sources(raw[offset : offset + len(sentence)]) | caption
             row_lam = table_key(header, sentence)
-            datasets = lambda t: mentions(t, patterns)  # noqa: E731
+            datasets = lambda t: dataset_mentions(t, patterns)  # noqa: E731
             metrics = lambda t: mentions(blank_rows(t), METRICS)  # noqa: E731
             names = {
                 "datasets": Names(datasets, sentence, [*innermost(headings, datasets), para]),

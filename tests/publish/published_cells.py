@@ -108,10 +108,14 @@ def pairs_of(cells: pd.DataFrame) -> pd.DataFrame:
     cross = ours.merge(others, on=key, suffixes=("_a", "_b")).assign(kind="cross")
     experiments = c[c["context"] == "experiments"]
     rows = ours.merge(experiments, on=["dataset", "recal", "flavour", "metric"], suffixes=("_a", "_b"))
-    rows = rows[rows["objective_a"] != rows["objective_b"]].assign(
-        kind="within"
-    )  # a published row against an
-    # experiment's other row (``XE + MMD with its kernel kept on improves on XE``)
+    rows = rows[
+        rows["objective_a"] != rows["objective_b"]
+    ]  # a published row against an experiment's other row
+    # (``XE + MMD with its kernel kept on improves on XE``), and one experiment's row against another's (a table of
+    # rows from two experiments)
+    both = experiments.merge(experiments, on=["dataset", "recal", "flavour", "metric"], suffixes=("_a", "_b"))
+    both = both[(both["file_a"] != both["file_b"]) & (both["objective_a"] != both["objective_b"])]
+    rows = pd.concat([rows, both[both["cid_a"] < both["cid_b"]]], ignore_index=True).assign(kind="within")
     paper = c[c["file"] == "paper"].drop(columns="flavour")
     measured = c[~c["context"].isin(["ablations"]) & (c["file"] != "paper")]
     against = measured.merge(
@@ -330,7 +334,9 @@ def published_data(report: Path) -> Published:
             lams.setdefault(r["dataset"], set()).update(
                 float(v) for k, v in params.items() if "weight" in k and isinstance(v, int | float)
             )
-            count(extra_counts["parameters"], r["dataset"], numbers)
+            count(
+                extra_counts["parameters"], r["dataset"], [*numbers, *(round(v) for v in numbers if v >= 10)]
+            )
             count(
                 extra_counts["trials"],
                 r["dataset"],
@@ -342,13 +348,18 @@ def published_data(report: Path) -> Published:
     datasets = tuple(sorted(set(cells["dataset"])))
     for name in datasets:
         spec = get_spec(name)
-        facts = [f for f in (spec.d, spec.m, spec.n_paper, spec.n_used) if f is not None]
+        facts = [f for f in (spec.d, spec.m, spec.n_paper, spec.n_used) if f is not None] + numbers_of(
+            spec.notes
+        )
         values.add(facts, name)
         count(counts, name, facts)
         rows = split_rows(spec.n_used, spec.task)
         count(counts, name, rows.values())
         values.add([100 / n for n in (rows["test"], rows["official test"])], name)  # one test row in points
     pairs = pairs_of(cells)
+    for dataset, g in cells[cells["samples"].ne("") & cells["file"].eq("results")].groupby("dataset"):
+        k = g["samples"].nunique()  # Table 6's rows: how many pairs of them
+        count(counts, dataset, [k, k * (k - 1) // 2])
     for (dataset, flavour), g in pairs[pairs["metric"].eq("acc")].groupby(["dataset", "flavour"]):
         if dataset in datasets:  # an accuracy difference in test rows
             n = split_rows(get_spec(dataset).n_used, "classification")[
