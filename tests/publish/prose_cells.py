@@ -149,6 +149,9 @@ class Number:
     position: int = 0  # where in its sentence
     opens: tuple[int, ...] = ()  # where its sentence opens a parenthesis, for what follows an SE multiple
     sources: frozenset[str] = frozenset()  # the unpublished sources its sentence names (:data:`UNPUBLISHED`)
+    sentence_rows: frozenset[str] = (
+        frozenset()
+    )  # every row its sentence names (an SE multiple's pair is of them)
 
     def named(self) -> dict[str, frozenset]:
         return {d: getattr(self, d) for d in DIMENSIONS}
@@ -384,6 +387,7 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
             offset = para.find(sentence, offset)
             named_sources = sources(raw[offset : offset + len(sentence)]) | caption
             row_lam = table_key(header, sentence)
+            sentence_rows = frozenset(k for *_, k in mentions(sentence, ROWS, blank=True))
             datasets = lambda t: dataset_mentions(t, patterns)  # noqa: E731
             metrics = lambda t: mentions(blank_rows(t), METRICS)  # noqa: E731
             names = {
@@ -428,7 +432,7 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
                 )
                 out.append(Number(m.group(0).strip(), value, tol, kind, contexts=context, where=where, se=se,
                                   in_range=in_range, sentence=index, position=m.start(), opens=opens,
-                                  sources=source, **cell))  # fmt: skip
+                                  sources=source, sentence_rows=sentence_rows, **cell))  # fmt: skip
             for m in WORD.finditer(sentence):
                 cell = {d: n.at(m.start(), m.end()) for d, n in names.items()}
                 out.append(Number(m.group(1), float(WORDS[m.group(1).lower()]), 0.0, "count", contexts=context,

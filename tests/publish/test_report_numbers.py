@@ -32,7 +32,7 @@ name falls back to its headings' or paragraph's names where prose_cells.py says 
   after it) in its sentence, against another cell its sentence prints, or that cell's counterpart (the paper's, or
   another file's same cell, or the same objective at another λ or recalibration); over the combined SE
   ``sqrt(se1^2 + se2^2)`` where it says *combined*, else over the combined SE or either SE; where its sentence
-  prints no value, any pair of its cell's scope;
+  prints no value, a pair of its cell's scope, both of the rows its sentence names where it names two or more;
 * a difference: the difference of a pair of its cell's scope (accuracy in points too), or a value as above;
 * a λ: a weight of a path, an ablation or a selected trial of its dataset;
 * a count: an integer of that data (seeds, the datasets' sizes and split sizes, an accuracy difference in test
@@ -110,6 +110,14 @@ def compared_pairs(
     return pairs[(a | b) & counterpart]
 
 
+def named_pairs(pairs: pd.DataFrame, rows: frozenset[str]) -> pd.DataFrame:
+    """The pairs whose two cells are both of ``rows`` (where a sentence names two or more), else ``pairs``."""
+    if len(rows) < 2:
+        return pairs
+    named = [*rows, ANY]
+    return pairs[pairs["row_a"].isin(named) & pairs["row_b"].isin(named)]
+
+
 def opened(se: Number, value: Number) -> bool:
     """Whether ``value`` stands in the parenthesis that opens right after ``se`` (``by 4.1 combined SE (0.941
     against 1.045)``): a value after an SE multiple anchors it only there."""
@@ -142,8 +150,8 @@ def check(numbers: list[Number], data: Published) -> list[tuple[Number, str]]:
             after = [m for n, m in entries[k + 1 :] if m is not None and len(m) and opened(number, n)]
             anchor = (before or after or [None])[0]
             printed = {int(i) for m in (before or after) if isinstance(m, np.ndarray) for i in m}
-            if anchor is None:
-                pairs = pair_rows(number, data.pairs)
+            if anchor is None:  # no value printed: a pair of the rows its sentence names
+                pairs = named_pairs(pair_rows(number, data.pairs), number.sentence_rows)
             elif isinstance(anchor, pd.DataFrame):
                 pairs = anchor
             else:
