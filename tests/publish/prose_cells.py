@@ -10,6 +10,9 @@ after it (``... (59.475) in accuracy``), else its paragraph's, else its innermos
 sentence; its paper *table* (``Table 6``) the last before it, else every one its sentence names; its *λ* a
 ``at λ = X`` right after it, else every ``λ = X`` of its sentence (and λ = 0 after ``alone``; a cell of no path may
 be meant too), none where the sentence gives a range (``up to λ = 100``). A dimension left empty holds every value.
+A dataset named as a comparison (``as on heart-disease``) is not the sentence's. In a Markdown table each row is a
+sentence, and a number's metric, flavour and recalibration are its column header's where that names them; where the
+first column is ``λ`` or ``weight`` its cell is the row's λ.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ WORDS = {w: i for i, w in enumerate("two three four five six seven eight nine te
 METRICS = {
     "acc": r"accura|\bacc\b", "ece": r"\bECE\b", "classwise_ece": r"classwise", "kce": r"\bKCE\b",
     "entropy": r"entrop|\bsharp(?:er|est)?\b", "nll": r"\bNLL\b(?!\s*(?:\+|row|model|trial|objective|'s|’s))",
-    "qce": r"\bQCE\b", "dce": r"\bDCE\b", "crps": r"\bCRPS\b", "temperature": r"temperature(?! scaling)|\bT = ",
+    "qce": r"\bQCE\b", "dce": r"\bDCE\b", "crps": r"\bCRPS\b", "temperature": r"temperature(?! scaling|-scaled)|\bT = ",
     "sharpness": r"sharpness",
 }  # fmt: skip
 """Metric names (a row's name ``NLL + ...``, ``NLL row``, ``NLL's`` is the objective, not the metric)."""
@@ -37,9 +40,9 @@ ROWS = {  # matched in this order; a match is blanked before the next pattern is
 """The rows (objectives) by name."""
 FLAVOUR_NAMES = {"exact": r"\bexact\b(?!ly)", "official": r"\bofficial\b"}
 RECAL_NAMES = {  # matched in this order, each match blanked
-    "none": r"\bwithout (?:any )?(?:post-hoc|recalibration|temperature scaling)|\bbefore (?:any )?(?:post-hoc|"
-            r"recalibration|temperature scaling)|\bno post-hoc",
-    "post-hoc": r"\bpost-hoc|\brecalibrat|\btemperature scaling|\bconformal",
+    "none": r"\b(?:without|before) (?:any )?(?:post-hoc(?: recalibration)?|recalibration|temperature scaling)"
+            r"|\bno post-hoc",
+    "post-hoc": r"\bpost-hoc|\brecalibrat|\btemp(?:erature|\.) scaling|\bconformal",
 }  # fmt: skip
 TABLE_NAMES = {  # paper table (its number) -> the table names of the cells
     "3": "regression", "4": "classification", "5": "classification_tempscaling", "6": "sample_size",
@@ -52,6 +55,8 @@ CONTEXTS = {
     "trials": r"\btrials?\b",
     "fronts": r"pareto|front",
     "parameters": r"λ|weight|width|batch|bandwidth|learning rate",
+    "pruned": r"prun",
+    "workers": r"workers?\b|\bjobs\b",
 }
 """Pools of values a number may come from only where its paragraph or headings match the pattern."""
 
@@ -61,7 +66,7 @@ NUMBER = re.compile(
 WORD = re.compile(r"\b(" + "|".join(WORDS) + r")\s+[a-z]", re.I)
 REFERENCE = re.compile(
     r"\b(?:Tables?|Figures?)\s+\d{1,2}(?:(?:,\s*|\s+and\s+|\s*[-–]\s*)\d{1,2}(?!\d|\.\d))*(?!\d|\.\d)"
-    r"|(?:§|\bSections?\s+)\s*\d+(?:\.\d+)*|\bAppendix\s+[A-Z](?:\.\d+)*"
+    r"|(?:§|\bSections?\s+)\s*\d+(?:\.\d+)*|\bAppendix\s+[A-Z](?:\.\d+)*|\bissues?\s+\d+"
 )
 DIGIT_LETTER = str.maketrans("0123456789", "abcdefghij")
 """A reference's digits as letters (``Table 6`` -> ``Table g``): no longer a number, still a table's name."""
@@ -88,6 +93,37 @@ LAMBDA_AFTER = re.compile(
 LAMBDA_RANGE = re.compile(r"\b(?:up to|until|below|above|beyond)\s+λ\s*=")
 GROUP_GAP = re.compile(r"^(?:'s|’s)?(?:\s*,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|\s*/\s*)$")
 """What may stand between two names of one group (``XE's and XE + MMCE's``, ``adult, dry-bean and crime``)."""
+UNPUBLISHED = {
+    "history": (r"`[^`]*history\.csv`", "a seed's or trial's training log (`history.csv`): per-epoch values, kept in "
+                "the runs' roots, not in the published data"),
+    "metrics.json": (r"`[^`]*metrics\.json`", "a trial's own test metrics (`metrics.json`) where its study's trials "
+                     "table is not published"),
+    "bench": (r"`python -m kcal\.bench\.[\w.]+|`kcal\.bench\.[\w.]+`|`--(?:batch|bandwidths)\b",
+              "a benchmark's printed measurement (`python -m kcal.bench.*`), run on the data, not published"),
+    "measured": (r"\bmeasured on the (?:training|test) rows\b", "a measurement on a dataset's rows (its distances, a "
+                 "kernel's values), not published"),
+    "run root": (r"`outputs/[^`]*`|\bin the same root\b", "a run's own root (its study records, the selected trial's "
+                 "parameters) where the run published its results only"),
+    "log": (r"`python -m kcal (?:reevaluate|reproduce)\b[^`]*`|`kcal/diagnostics\.py`", "a command's printed log (quoted) "
+            "or a training-curve quantity of the seeds' logs (`kcal/diagnostics.py`), not published"),
+    "ablation run": (r"`[^`]*\bablation\.(?:grid|key)\b", "an ablation run's own log (its wall time, its epochs)"),
+}  # fmt: skip
+"""Sources outside the published data a sentence may name for its numbers, each with why it is not published: a
+number of a sentence (or of a table under a paragraph) that names one is read as that measurement and not matched
+to a cell; every other number of the sentence still is. Every entry must be used."""
+UNPUBLISHED_COLUMNS = {
+    "epochs": (r"\bepochs\b", "an ablation's epochs trained (its seeds' logs)"),
+    "regulariser share": (r"regulariser\s*/", "the regulariser's share of the loss over an ablation's epochs (its "
+                          "seeds' logs)"),
+}  # fmt: skip
+"""A table column whose header names a quantity of an unpublished log (:data:`UNPUBLISHED`)."""
+
+
+def sources(text: str, table: dict[str, tuple[str, str]] | None = None) -> frozenset[str]:
+    """The unpublished sources ``text`` names (:data:`UNPUBLISHED`, or ``table``)."""
+    return frozenset(k for k, (p, _) in (table or UNPUBLISHED).items() if re.search(p, text))
+
+
 DIMENSIONS = ("datasets", "rows", "metrics", "flavours", "recals", "tables", "lams")
 
 
@@ -112,6 +148,10 @@ class Number:
     sentence: int = -1  # which sentence of its text (numbers of one sentence share it)
     position: int = 0  # where in its sentence
     opens: tuple[int, ...] = ()  # where its sentence opens a parenthesis, for what follows an SE multiple
+    sources: frozenset[str] = frozenset()  # the unpublished sources its sentence names (:data:`UNPUBLISHED`)
+    sentence_rows: frozenset[str] = (
+        frozenset()
+    )  # every row its sentence names (an SE multiple's pair is of them)
 
     def named(self) -> dict[str, frozenset]:
         return {d: getattr(self, d) for d in DIMENSIONS}
@@ -159,6 +199,18 @@ def mentions(text: str, patterns: dict[str, str], blank: bool = False) -> list[t
 
 def dataset_patterns(datasets: Iterable[str]) -> dict[str, str]:
     return {d: rf"(?<![\w-]){re.escape(d)}(?![\w-])" for d in datasets}
+
+
+AS_ON = re.compile(
+    r"\b(?:as|like)\s+(?:on|in|for)\s+(?:(?:and\s+|or\s+)?[a-z][\w-]*(?:,\s*|\s+(?=and|or)))*"
+    r"(?:and\s+|or\s+)?[a-z][\w-]*"
+)
+"""A reference to another dataset (``as on heart-disease and online-shoppers``): not the sentence's dataset."""
+
+
+def dataset_mentions(text: str, patterns: dict[str, str]) -> list[tuple[int, int, str]]:
+    """The datasets ``text`` names, but for those it compares to (:data:`AS_ON`)."""
+    return mentions(AS_ON.sub(lambda m: " " * len(m.group(0)), text), patterns)
 
 
 def table_mentions(text: str) -> list[tuple[int, int, str]]:
@@ -224,7 +276,46 @@ def paragraphs(text: str) -> Iterator[tuple[list[str], int, str]]:
 
 def sentences(paragraph: str) -> list[str]:
     """A paragraph's sentences (a table's rows count as sentences)."""
-    return re.split(r"(?<=[.;!?])\s+(?=[A-Z*(])|\n(?=\|)", paragraph)
+    return re.split(r"(?:(?<=[.;!?])|(?<=[.;!?]\)))\s+(?=[A-Z*(])|\n(?=\s*\|)", paragraph)
+
+
+TABLE_ROW = re.compile(r"^\s*\|")
+KEY_COLUMN = re.compile(r"^\s*(?:λ|weight)\s*$")
+"""A table's first column header that makes each row a λ: its first cell is the λ of the row's other cells."""
+
+
+def table_header(paragraph: str) -> list[str]:
+    """The column headers of a paragraph that is a Markdown table (its first line, over a ``|---|`` line), else
+    none."""
+    lines = paragraph.split("\n")
+    if len(lines) < 2 or not TABLE_ROW.match(lines[0]) or not re.match(r"^\s*\|\s*:?-", lines[1]):
+        return []
+    return lines[0].strip().strip("|").split("|")
+
+
+def table_key(header: list[str], row: str) -> frozenset[float] | None:
+    """The λ of a table's row where its first column is λ (:data:`KEY_COLUMN`), else None."""
+    if not header or not KEY_COLUMN.match(header[0]) or not TABLE_ROW.match(row):
+        return None
+    first = NUMBER.search(row.strip().strip("|").split("|")[0])
+    return frozenset({parse(first.group("num"))[0]}) if first else None
+
+
+def column_names(header: list[str], column: int) -> dict[str, frozenset]:
+    """What a table's column header names (its metric, flavour, recalibration, row); where some header names a
+    recalibration, a column that names none is the one without (``QCE`` beside ``QCE, post-hoc``)."""
+    if not 0 <= column < len(header):
+        return {}
+    text = header[column]
+    named = {
+        "metrics": {k for *_, k in mentions(blank_rows(text), METRICS)},
+        "flavours": {k for *_, k in mentions(text, FLAVOUR_NAMES)},
+        "recals": {k for *_, k in mentions(text, RECAL_NAMES, blank=True)},
+        "rows": {k for *_, k in mentions(text, ROWS, blank=True)},
+    }
+    if not named["recals"] and any(mentions(h, RECAL_NAMES) for h in header):
+        named["recals"] = {"none"}
+    return {d: frozenset(v) for d, v in named.items() if v}
 
 
 def kind_of(sentence: str, m: re.Match, tolerance: float) -> tuple[str, str]:
@@ -282,14 +373,22 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
     patterns = dataset_patterns(datasets)
     original = text.split("\n")
     out: list[Number] = []
-    index = 0
+    index, before = 0, ""
     for headings, start, para in paragraphs(prose(text)):
         context = frozenset(
             n for n, p in CONTEXTS.items() if re.search(p, para + " " + " ".join(headings), re.I)
         )
+        header = table_header(para)
+        raw = "\n".join(original[start : start + para.count("\n") + 1])  # aligned with ``para``, code kept
+        offset, caption = 0, sources(before) if header else frozenset()
+        before = raw
         for sentence in sentences(para):
             index += 1
-            datasets = lambda t: mentions(t, patterns)  # noqa: E731
+            offset = para.find(sentence, offset)
+            named_sources = sources(raw[offset : offset + len(sentence)]) | caption
+            row_lam = table_key(header, sentence)
+            sentence_rows = frozenset(k for *_, k in mentions(sentence, ROWS, blank=True))
+            datasets = lambda t: dataset_mentions(t, patterns)  # noqa: E731
             metrics = lambda t: mentions(blank_rows(t), METRICS)  # noqa: E731
             names = {
                 "datasets": Names(datasets, sentence, [*innermost(headings, datasets), para]),
@@ -317,17 +416,28 @@ def prose_numbers(text: str, datasets: Iterable[str]) -> list[Number]:
                     cell["lams"] = frozenset({parse(at.group("num"))[0]})
                 elif cell["lams"]:  # the sentence's λ: a cell of no path (published rows) may be meant too
                     cell["lams"] |= {float("nan")}
+                source = named_sources
+                if header and TABLE_ROW.match(sentence):  # a table's row: its column's header names the cell
+                    column = sentence[: m.start()].count("|") - 1
+                    cell.update(column_names(header, column))
+                    source |= sources(
+                        header[column] if 0 <= column < len(header) else "", UNPUBLISHED_COLUMNS
+                    )
+                    if row_lam is not None:
+                        kind, cell["lams"] = ("lambda", frozenset()) if column == 0 else (kind, row_lam)
                 if kind == "lambda":
                     cell["lams"] = frozenset()
                 in_range = bool(
                     RANGE_END.match(sentence[m.end() :]) or RANGE_START.search(sentence[: m.start()])
                 )
                 out.append(Number(m.group(0).strip(), value, tol, kind, contexts=context, where=where, se=se,
-                                  in_range=in_range, sentence=index, position=m.start(), opens=opens, **cell))  # fmt: skip
+                                  in_range=in_range, sentence=index, position=m.start(), opens=opens,
+                                  sources=source, sentence_rows=sentence_rows, **cell))  # fmt: skip
             for m in WORD.finditer(sentence):
                 cell = {d: n.at(m.start(), m.end()) for d, n in names.items()}
                 out.append(Number(m.group(1), float(WORDS[m.group(1).lower()]), 0.0, "count", contexts=context,
-                                  where=where, sentence=index, position=m.start(), **cell))  # fmt: skip
+                                  where=where, sentence=index, position=m.start(), sources=named_sources,
+                                  **cell))  # fmt: skip
     return out
 
 

@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from kcal.data.registry import get_spec
+from kcal.data.splits import split_sizes
+from kcal.metrics.official import CLASSIFICATION_TEST_BATCH_SIZE, REGRESSION_TEST_BATCH_SIZE, n_used_rows
 from kcal.publish.report import data_dir, report_info
 
 from .prose_cells import CONTEXTS, METRICS, NUMBER, ROWS, Number, dataset_patterns, mentions, parse
@@ -106,10 +108,14 @@ def pairs_of(cells: pd.DataFrame) -> pd.DataFrame:
     cross = ours.merge(others, on=key, suffixes=("_a", "_b")).assign(kind="cross")
     experiments = c[c["context"] == "experiments"]
     rows = ours.merge(experiments, on=["dataset", "recal", "flavour", "metric"], suffixes=("_a", "_b"))
-    rows = rows[rows["objective_a"] != rows["objective_b"]].assign(
-        kind="within"
-    )  # a published row against an
-    # experiment's other row (``XE + MMD with its kernel kept on improves on XE``)
+    rows = rows[
+        rows["objective_a"] != rows["objective_b"]
+    ]  # a published row against an experiment's other row
+    # (``XE + MMD with its kernel kept on improves on XE``), and one experiment's row against another's (a table of
+    # rows from two experiments)
+    both = experiments.merge(experiments, on=["dataset", "recal", "flavour", "metric"], suffixes=("_a", "_b"))
+    both = both[(both["file_a"] != both["file_b"]) & (both["objective_a"] != both["objective_b"])]
+    rows = pd.concat([rows, both[both["cid_a"] < both["cid_b"]]], ignore_index=True).assign(kind="within")
     paper = c[c["file"] == "paper"].drop(columns="flavour")
     measured = c[~c["context"].isin(["ablations"]) & (c["file"] != "paper")]
     against = measured.merge(
@@ -224,6 +230,32 @@ def generated_lines(
                         value  # fmt: skip
 
 
+VARIANTS = ("pruned", "workers")
+"""The variant protocols' folders (the pruned protocol's runs, the runs on more workers): their cells count where a
+paragraph names the variant (prose_cells.CONTEXTS)."""
+
+
+def split_rows(n: int, task: str) -> dict[str, int]:
+    """A dataset's split sizes in rows (splits.split_sizes) and the test rows the official flavour evaluates (full
+    batches of the authors' test batch size)."""
+    train, val, test = split_sizes(n)
+    batch = CLASSIFICATION_TEST_BATCH_SIZE if task == "classification" else REGRESSION_TEST_BATCH_SIZE
+    return {"train": train, "validation": val, "test": test, "official test": n_used_rows(test, batch)}
+
+
+def trial_ranks(frame: pd.DataFrame, cells: pd.DataFrame) -> Iterator[tuple[str, np.ndarray, list[int]]]:
+    """``(metric, the study's finished trials' test values, how many of them lie below and above each cell's mean
+    of its metric)`` for every test column of a trials table (``above 46 of our 95 trials``)."""
+    for column in frame.columns:
+        if column.startswith(("test/", "test_recal/", "official/test")):
+            metric = column.rsplit("/", 1)[-1]
+            v = frame[column].dropna().to_numpy(dtype=float)
+            means = cells.loc[cells["metric"].eq(metric), "mean"].to_numpy(dtype=float)
+            if len(v) and len(means):
+                below = np.searchsorted(np.sort(v), means)
+                yield metric, v, [*below.tolist(), *(len(v) - below).tolist()]
+
+
 @dataclass
 class Published:
     """The published data of a report (module docstring)."""
@@ -265,6 +297,8 @@ def published_data(report: Path) -> Published:
     ]
     frames += [(rel(p), "ablations", pd.read_csv(p))
                for p in [*sorted((data / "ablations").rglob("*.csv")), *sorted((data / "paths").rglob("*.csv"))]]  # fmt: skip
+    frames += [(rel(p), variant, pd.read_csv(p)) for variant in VARIANTS
+               for p in sorted((data / variant).rglob("results.csv"))]  # fmt: skip
     resources = REPO / "src" / "kcal" / "resources"
     cells = pd.concat([*(frame_cells(f, name, ctx) for name, ctx, f in frames), paper_cells(resources)],
                       ignore_index=True)  # fmt: skip
@@ -289,17 +323,20 @@ def published_data(report: Path) -> Published:
         count(counts, dataset, g["num_samples"])
 
     for path in [data / "studies.csv", *sorted((data / "replicates").glob("*/studies.csv")),
-                 *sorted((data / "experiments").rglob("studies.csv"))]:  # fmt: skip
+                 *sorted((data / "experiments").rglob("studies.csv")),
+                 *(p for variant in VARIANTS for p in sorted((data / variant).rglob("studies.csv")))]:  # fmt: skip
         for r in pd.read_csv(path).to_dict("records"):
             params = json.loads(r["best_params"]) if isinstance(r["best_params"], str) else {}
             numbers = [v for v in params.values() if isinstance(v, int | float) and not isinstance(v, bool)]
-            values.add(
-                [*numbers, r["best_value"], r["trial_hours"]], r["dataset"], row=row_key(r["objective"])
-            )
+            shares = [r.get(c, np.nan) for c in ("reg_share_median", "reg_share_at_best")]
+            values.add([*numbers, r["best_value"], r["trial_hours"], *shares, *(100 * float(v) for v in shares)],
+                       r["dataset"], row=row_key(r["objective"]))  # fmt: skip
             lams.setdefault(r["dataset"], set()).update(
                 float(v) for k, v in params.items() if "weight" in k and isinstance(v, int | float)
             )
-            count(extra_counts["parameters"], r["dataset"], numbers)
+            count(
+                extra_counts["parameters"], r["dataset"], [*numbers, *(round(v) for v in numbers if v >= 10)]
+            )
             count(
                 extra_counts["trials"],
                 r["dataset"],
@@ -311,9 +348,24 @@ def published_data(report: Path) -> Published:
     datasets = tuple(sorted(set(cells["dataset"])))
     for name in datasets:
         spec = get_spec(name)
-        facts = [f for f in (spec.d, spec.m, spec.n_paper, spec.n_used) if f is not None]
+        facts = [f for f in (spec.d, spec.m, spec.n_paper, spec.n_used) if f is not None] + numbers_of(
+            spec.notes
+        )
         values.add(facts, name)
         count(counts, name, facts)
+        rows = split_rows(spec.n_used, spec.task)
+        count(counts, name, rows.values())
+        values.add([100 / n for n in (rows["test"], rows["official test"])], name)  # one test row in points
+    pairs = pairs_of(cells)
+    for dataset, g in cells[cells["samples"].ne("") & cells["file"].eq("results")].groupby("dataset"):
+        k = g["samples"].nunique()  # Table 6's rows: how many pairs of them
+        count(counts, dataset, [k, k * (k - 1) // 2])
+    for (dataset, flavour), g in pairs[pairs["metric"].eq("acc")].groupby(["dataset", "flavour"]):
+        if dataset in datasets:  # an accuracy difference in test rows
+            n = split_rows(get_spec(dataset).n_used, "classification")[
+                "test" if flavour == "exact" else "official test"
+            ]
+            count(counts, dataset, np.round(g["diff"].to_numpy(dtype=float) * n))
 
     for path in sorted((data / "trials").glob("*.csv")) + sorted(
         (data / "replicates").glob("*/trials/*.csv")
@@ -321,6 +373,13 @@ def published_data(report: Path) -> Published:
         frame = pd.read_csv(path)
         dataset, row = frame["dataset"].iloc[0], row_key(frame["objective"].iloc[0])
         count(trials, dataset, frame["number"])
+        for metric, v, against in trial_ranks(
+            frame, cells[cells["dataset"].eq(dataset) & cells["row"].isin([row, ANY])]
+        ):
+            extra["trials"].add(
+                [np.median(v), *(100 * np.median(v) for _ in [0] if metric == "acc")], dataset, metric, row
+            )
+            count(extra_counts["trials"], dataset, [len(v), *against])
         for column in frame.columns:
             if column.startswith(("val/", "test/", "test_recal/", "official/")) or column == "value":
                 metric = column.rsplit("/", 1)[-1]
@@ -340,7 +399,7 @@ def published_data(report: Path) -> Published:
             count(counts, dataset, [value])
     for dataset, metric, row, value in generated_lines(report, datasets, REPLICATED_DOCUMENTS):
         extra["replicates"].add([value], dataset, metric, row)
-    return Published(cells, pairs_of(cells), values.freeze(), generated.freeze(),
+    return Published(cells, pairs, values.freeze(), generated.freeze(),
                      {k: v.freeze() for k, v in extra.items()}, counts, extra_counts, trials, lams, datasets)  # fmt: skip
 
 
@@ -352,8 +411,11 @@ def holds(column: pd.Series, names: frozenset, dimension: str = "") -> np.ndarra
     if dimension == "tables":
         return np.array([any(f"|{n}|" in t for n in names) for t in column], dtype=bool)
     if dimension == "lam":  # NaN among the names: a cell of no path or weight ablation (no λ) may be meant
-        values = column.to_numpy(dtype=float)
-        return np.isin(values, [n for n in names if n == n]) | (np.isnan(values) & any(n != n for n in names))
+        values, lams = column.to_numpy(dtype=float), [n for n in names if n == n]
+        close = np.zeros(len(values), dtype=bool)
+        for lam in lams:  # to its printed digits (``0.176`` for 0.1763), about three significant ones
+            close |= np.isclose(values, lam, rtol=5e-3, atol=0.0)
+        return close | (np.isnan(values) & any(n != n for n in names))
     return column.isin(names).to_numpy() | column.eq(ANY).to_numpy()
 
 

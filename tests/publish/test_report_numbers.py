@@ -2,9 +2,8 @@
 a number of the cell its sentence names, every SE multiple is recomputed from the cells its sentence compares, and
 no prose outside the generated blocks states a claim's current verdict.
 
-What is checked: the prose of ``docs/results/full/RESULTS.md``, of DETAILS.md's numbers that name a cell (a
-dataset, a row and a metric) and of every SE multiple there, and of the README's results summary (its section *What
-reproduces*), outside their generated blocks (``<!-- kcal.report:NAME -->`` .. ``<!-- /kcal.report -->``, which
+What is checked: the prose of ``docs/results/full/RESULTS.md``, of DETAILS.md (its hand-written tables too) and
+of the README's results summary (its section *What reproduces*), outside their generated blocks (``<!-- kcal.report:NAME -->`` .. ``<!-- /kcal.report -->``, which
 ``kcal report --check`` checks), fenced code blocks, inline code spans, HTML comments and link targets. The claims'
 verdicts are checked in RESULTS.md, DETAILS.md and HISTORY.md (where a past verdict may stand, marked as past).
 HISTORY.md's numbers are those of earlier runs, so no data of today's holds them.
@@ -26,17 +25,24 @@ name falls back to its headings' or paragraph's names where prose_cells.py says 
 * a value or percentage: the mean or SE of a cell of its cell's scope (``results.csv``, the paper's tables; where
   its paragraph or headings say so, the replicates', experiments', ablations' and paths' cells), to its printed
   digits; else a value that is no cell's: a selected trial's parameters (``studies.csv``), a dataset's facts, the
-  trials tables (where it says ``trial``), the Pareto fronts, or a number of a generated document (``claims.md``,
+  trials tables (where it says ``trial``: a trial's value, a study's median, how many trials lie below or above a
+  cell), a dataset's split sizes (one test row in points), the Pareto fronts, or a number of a generated document (``claims.md``,
   ``report.json``, ``comparison_*.md``, the ``.tex`` tables) on a line that names each dimension it names;
 * an SE multiple: recomputed from two cells its sentence compares: the cell of the nearest value before it (else
   after it) in its sentence, against another cell its sentence prints, or that cell's counterpart (the paper's, or
   another file's same cell, or the same objective at another λ or recalibration); over the combined SE
   ``sqrt(se1^2 + se2^2)`` where it says *combined*, else over the combined SE or either SE; where its sentence
-  prints no value, any pair of its cell's scope;
+  prints no value, a pair of its cell's scope, both of the rows its sentence names where it names two or more;
 * a difference: the difference of a pair of its cell's scope (accuracy in points too), or a value as above;
 * a λ: a weight of a path, an ablation or a selected trial of its dataset;
-* a count: an integer of that data (seeds, the datasets' sizes, Table 6's sample sizes, a study's trial counts
+* a count: an integer of that data (seeds, the datasets' sizes and split sizes, an accuracy difference in test
+  rows, Table 6's sample sizes and their pairs, a study's trial counts
   where it says ``trial``, ...), or an allowed constant (:data:`ALLOWED`); a trial number: a selected or kept trial.
+
+**Unpublished measurements** (prose_cells.UNPUBLISHED): a number of a sentence that names a source outside the
+published data (a seed's ``history.csv``, a trial's ``metrics.json``, a benchmark's output, a run's own root), or of
+a table column whose header names such a quantity, is that measurement and is not matched (its SE multiples still
+are recomputed); every source must be named by some sentence.
 
 **Allowed constants** (:data:`ALLOWED`, each with its reason): conventions of the protocol and the paper that no
 data file holds as a value. Every entry must be used (an unused one is removed).
@@ -50,7 +56,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .prose_cells import Number, claim_verdicts, prose_numbers
+from .prose_cells import UNPUBLISHED, UNPUBLISHED_COLUMNS, Number, claim_verdicts, prose_numbers
 from .published_cells import ANY, Published, cell_ids, near, pair_rows, published_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +67,7 @@ ALLOWED: dict[float, str] = {
     2: "the verdicts' multiple (within 2 SE)",
     8: "the authors' evaluation batches of 8 test rows (their per-batch ECE and DCE)",
     10: "the x-bandwidth of the authors' KCE kernel for XE + MMD (their configs)",
+    1: "the y-bandwidth of the authors' KCE kernel for XE, XE + MMCE and XE + ECE-KDE (their configs)",
 }
 """Constants a sentence may use without a data file holding them, each with its reason."""
 
@@ -103,6 +110,14 @@ def compared_pairs(
     return pairs[(a | b) & counterpart]
 
 
+def named_pairs(pairs: pd.DataFrame, rows: frozenset[str]) -> pd.DataFrame:
+    """The pairs whose two cells are both of ``rows`` (where a sentence names two or more), else ``pairs``."""
+    if len(rows) < 2:
+        return pairs
+    named = [*rows, ANY]
+    return pairs[pairs["row_a"].isin(named) & pairs["row_b"].isin(named)]
+
+
 def opened(se: Number, value: Number) -> bool:
     """Whether ``value`` stands in the parenthesis that opens right after ``se`` (``by 4.1 combined SE (0.941
     against 1.045)``): a value after an SE multiple anchors it only there."""
@@ -125,7 +140,7 @@ def check(numbers: list[Number], data: Published) -> list[tuple[Number, str]]:
             scale = np.where(match["metric"].eq("acc"), 100.0, 1.0)
             match = match[(np.abs(d - number.value) <= slack) | (np.abs(d * scale - number.value) <= slack)]
         seen.append((number, match))
-        if why:
+        if why and not number.sources:  # a number of an unpublished measurement its sentence names
             failed.append((number, why))
     for entries in by_sentence.values():
         for k, (number, _) in enumerate(entries):
@@ -135,8 +150,8 @@ def check(numbers: list[Number], data: Published) -> list[tuple[Number, str]]:
             after = [m for n, m in entries[k + 1 :] if m is not None and len(m) and opened(number, n)]
             anchor = (before or after or [None])[0]
             printed = {int(i) for m in (before or after) if isinstance(m, np.ndarray) for i in m}
-            if anchor is None:
-                pairs = pair_rows(number, data.pairs)
+            if anchor is None:  # no value printed: a pair of the rows its sentence names
+                pairs = named_pairs(pair_rows(number, data.pairs), number.sentence_rows)
             elif isinstance(anchor, pd.DataFrame):
                 pairs = anchor
             else:
@@ -165,6 +180,8 @@ def why_not(number: Number, data: Published) -> str:
     if number.kind == "se":
         return ""
     metrics = frozenset({"acc"}) if number.kind == "percent" else None
+    if number.kind == "value" and number.value in ALLOWED:
+        return ""
     if len(cell_ids(number, data.cells, metrics)) or loose_values(number, data, metrics):
         return ""
     if number.kind == "diff":
@@ -212,9 +229,19 @@ def test_every_number_of_results_md_is_its_cell_s(data):
     assert not failed, report_failure(failed)
 
 
-def test_every_cell_number_and_se_multiple_of_details_md_is_its_cell_s(data):
-    failed = wrong((REPORT / "DETAILS.md").read_text(encoding="utf-8"), data, cells_only=True)
+def test_every_number_of_details_md_is_its_cell_s(data):
+    failed = wrong((REPORT / "DETAILS.md").read_text(encoding="utf-8"), data)
     assert not failed, report_failure(failed)
+
+
+def test_every_unpublished_source_is_used_and_says_why():
+    """Each source outside the published data that a sentence may name for its numbers is named by some sentence of
+    DETAILS.md (an unused one is removed), with its reason."""
+    text = (REPORT / "DETAILS.md").read_text(encoding="utf-8")
+    used = {s for n in prose_numbers(text, ()) for s in n.sources}
+    for table in (UNPUBLISHED, UNPUBLISHED_COLUMNS):
+        assert all(reason.strip() for _, reason in table.values())
+        assert set(table) <= used, f"unpublished sources no sentence names: {sorted(set(table) - used)}"
 
 
 def test_the_readme_results_summary_has_no_number_outside_the_data(data):
@@ -233,8 +260,9 @@ def test_no_prose_states_a_claim_s_current_verdict(name):
 
 
 def test_every_allowed_constant_is_used_and_says_why():
-    texts = [(REPORT / "RESULTS.md").read_text(encoding="utf-8"), readme_summary_text()]
-    used = {n.value for text in texts for n in prose_numbers(text, ()) if n.kind == "count"}
+    texts = [(REPORT / name).read_text(encoding="utf-8") for name in ("RESULTS.md", "DETAILS.md")]
+    texts.append(readme_summary_text())
+    used = {n.value for text in texts for n in prose_numbers(text, ()) if n.kind in ("count", "value")}
     assert all(reason.strip() for reason in ALLOWED.values())
     assert set(ALLOWED) <= used, f"allowed constants no document uses: {sorted(set(ALLOWED) - used)}"
 
@@ -308,6 +336,27 @@ def test_a_planted_wrong_cell_number_in_a_results_paragraph_fails(data):
     planted = bullet.replace("XE + MMD 57.213", "XE + MMD 58.656")
     assert planted != bullet
     assert [n.text for n, _ in wrong(planted, data)] == ["58.656"]
+
+
+def test_a_planted_wrong_cell_number_in_a_details_paragraph_fails(data):
+    """DETAILS.md's median_x table and the sentence under it pass; with the table's XE + MMD NLL replaced by XE's
+    (1.426, a number of that table, of another row) it fails on that number, and with the sentence's 4.3 combined SE
+    replaced by 3.3 it fails on that multiple."""
+    text = (REPORT / "DETAILS.md").read_text(encoding="utf-8")
+    start = text.index("| breast-cancer | accuracy (%) |")
+    part = (
+        "## crime\n\n### Controlled experiment (crime and breast-cancer)\n\n"
+        + text[start : text.index("\n\n", text.index("With its kernel on", start))]
+    )
+    assert [n.text for n, _ in wrong(part, data)] == []
+    planted = part.replace(
+        "| 94.56 ± 0.18 | 0.0534 ± 0.0018 | 0.0044 ± 0.0013 | 1.134 ± 0.052 |",
+        "| 94.56 ± 0.18 | 0.0534 ± 0.0018 | 0.0044 ± 0.0013 | 1.426 ± 0.052 |",
+    )
+    assert planted != part
+    assert [n.text for n, _ in wrong(planted, data)] == ["1.426"]
+    se = part.replace("1.426, 4.3 combined SE", "1.426, 3.3 combined SE")
+    assert se != part and [n.text for n, _ in wrong(se, data)] == ["3.3"]
 
 
 def test_a_planted_se_multiple_in_a_results_sentence_fails(data):
