@@ -1,6 +1,7 @@
 """Test-wide settings: never touch the network, keep caches out of the project tree."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,25 @@ def train_cli_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
                           cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     return done, run_dir
+
+
+@pytest.fixture(scope="session")
+def kcal_wheel(tmp_path_factory) -> Path:
+    """The kcal wheel, built once a session, offline, from a copy of the sources (so the build leaves nothing in
+    the checkout); tests/test_installed_wheel.py and tests/test_library_install.py install it."""
+    repo = Path(__file__).resolve().parents[1]
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, src / name)
+    shutil.copytree(repo / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+           "-w", str(tmp / "dist"), str(src)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    (built,) = (tmp / "dist").glob("kcal-*.whl")
+    return built
 
 
 @pytest.fixture(scope="session")

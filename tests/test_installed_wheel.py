@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,20 +22,12 @@ def _sh(*cmd, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, dict]:
+def installed(kcal_wheel, tmp_path_factory) -> tuple[Path, dict]:
     """(python of a fresh venv holding only the kcal wheel, its environment). Its other packages (torch,
     Lightning, Hydra, ...) come from this interpreter's site-packages through a ``.pth`` line, so
-    nothing is downloaded; the wheel is built offline from a copy of the sources."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"  # a copy, so the build leaves nothing in the checkout
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    _sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-        "-w", tmp / "dist", src)  # fmt: skip
-    (wheel,) = (tmp / "dist").glob("kcal-*.whl")
-    venv = tmp / "venv"
+    nothing is downloaded; the wheel is built offline from a copy of the sources (tests/conftest.py)."""
+    wheel = kcal_wheel
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     _sh(sys.executable, "-m", "venv", "--without-pip", venv)
     python = venv / "bin" / "python"
     site = Path(_sh(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
@@ -86,9 +77,8 @@ def test_an_installed_kcal_trains_from_another_directory(installed, tmp_path):
     assert "name: my_nll" in (tmp_path / "run" / "config.yaml").read_text()
 
 
-def test_wheel_contents_listed_by_zip(installed):
+def test_wheel_contents_listed_by_zip(kcal_wheel):
     """The wheel itself (not only the installed tree) holds every config file."""
-    wheels = list(installed[0].parents[2].glob("dist/kcal-*.whl"))
-    names = set(zipfile.ZipFile(wheels[0]).namelist())
+    names = set(zipfile.ZipFile(kcal_wheel).namelist())
     assert "kcal/configs/train.yaml" in names and "kcal/configs/__init__.py" in names
     assert "kcal/configs/objective/nll.yaml" in names

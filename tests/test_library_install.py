@@ -6,7 +6,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -110,18 +109,9 @@ def top_level_entries(dist: Distribution) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The kcal wheel, built offline from a copy of the sources (so the build leaves nothing in the checkout)."""
-    tmp = tmp_path_factory.mktemp("library-wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-       "-w", tmp / "dist", src)  # fmt: skip
-    (built,) = (tmp / "dist").glob("kcal-*.whl")
-    return built
+def wheel(kcal_wheel) -> Path:
+    """The kcal wheel (tests/conftest.py builds it once a session)."""
+    return kcal_wheel
 
 
 def wheel_file(wheel: Path, name: str) -> str:

@@ -10,14 +10,37 @@ import sys
 
 import pytest
 
-from ..data.conftest import needs
+from ..common import run_modules
+from ..data.conftest import mirror_has, needs
+
+#: the timing programs on crime, each as ``python -m`` runs it, all in one interpreter (tests/common.py): one start
+#: of torch and the engine instead of four
+CRIME_PROGRAMS = {
+    "epoch_ratio": ("kcal.bench.epoch_ratio", ["crime", "1"]),
+    "stack_epoch": (
+        "kcal.bench.stack_epoch",
+        ["crime", "nll_mmd", "3", "dataset.max_train_rows=128", "--repeats=1"],
+    ),
+    "adam_step": ("kcal.bench.adam_step", ["crime", "nll", "3", "dataset.max_train_rows=128", "--pairs=1"]),
+    "xkernel_identity": ("kcal.bench.xkernel_identity", ["--dataset", "crime", "--bandwidths", "1.25"]),
+}
+
+
+@pytest.fixture(scope="module")
+def crime_programs() -> dict[str, str]:
+    """Each of :data:`CRIME_PROGRAMS`' stdout, by name, once each exited 0."""
+    if not mirror_has("crime"):
+        pytest.skip("crime not available offline (set KCAL_DATA_DIR to the shared mirror)")
+    runs = run_modules(list(CRIME_PROGRAMS.values()), timeout=900)
+    for name, done in zip(CRIME_PROGRAMS, runs, strict=True):
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+    return {name: done.stdout for name, done in zip(CRIME_PROGRAMS, runs, strict=True)}
 
 
 @needs("crime")
-def test_epoch_ratio_prints_both_epochs_and_the_pair_ratio():
-    out = subprocess.run([sys.executable, "-m", "kcal.bench.epoch_ratio", "crime", "1"],
-                         capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
-    assert re.search(r"crime: nll [\d.]+ ms/epoch, nll_mmd [\d.]+ ms/epoch; ratio median [\d.]+x", out.stdout)
+def test_epoch_ratio_prints_both_epochs_and_the_pair_ratio(crime_programs):
+    out = crime_programs["epoch_ratio"]
+    assert re.search(r"crime: nll [\d.]+ ms/epoch, nll_mmd [\d.]+ ms/epoch; ratio median [\d.]+x", out)
 
 
 @needs("crime")
@@ -37,24 +60,18 @@ def test_compile_step_times_eager_and_compiled_steps():
 
 
 @needs("crime")
-def test_stack_epoch_times_training_and_validation_apart():
-    cmd = [sys.executable, "-m", "kcal.bench.stack_epoch", "crime", "nll_mmd", "3", "dataset.max_train_rows=128",
-           "--repeats=1"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+def test_stack_epoch_times_training_and_validation_apart(crime_programs):
+    out = crime_programs["stack_epoch"]
     assert re.search(r"crime nll_mmd x3 dataset.max_train_rows=128: train [\d.]+ s/epoch, validation [\d.]+ s/epoch",
-                     out.stdout)  # fmt: skip
+                     out)  # fmt: skip
 
 
 @needs("crime")
-def test_adam_step_times_the_engines_adam_against_torchs_fused_adam_in_turns():
-    cmd = [sys.executable, "-m", "kcal.bench.adam_step", "crime", "nll", "3", "dataset.max_train_rows=128",
-           "--pairs=1"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
-    assert out.stdout.startswith("crime nll x3 dataset.max_train_rows=128 (n=1 pairs)")
+def test_adam_step_times_the_engines_adam_against_torchs_fused_adam_in_turns(crime_programs):
+    out = crime_programs["adam_step"]
+    assert out.startswith("crime nll x3 dataset.max_train_rows=128 (n=1 pairs)")
     for what in ("epoch", "epoch CPU", "training steps"):
-        assert re.search(
-            rf"  {what}: fused [\d.]+ ms, lane [\d.]+ ms; lane / fused median [\d.]+x", out.stdout
-        )
+        assert re.search(rf"  {what}: fused [\d.]+ ms, lane [\d.]+ ms; lane / fused median [\d.]+x", out)
 
 
 def test_trial_range_places_values_among_the_trials_test_metrics(tmp_path):
@@ -107,9 +124,8 @@ def test_smallest_distinct_pair_in_blocks_equals_the_whole_matrix():
 
 
 @needs("crime")
-def test_xkernel_identity_tabulates_a_given_bandwidth():
-    cmd = [sys.executable, "-m", "kcal.bench.xkernel_identity", "--dataset", "crime", "--bandwidths", "1.25"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+def test_xkernel_identity_tabulates_a_given_bandwidth(crime_programs):
+    out = crime_programs["xkernel_identity"]
     assert re.search(r"crime: \d+ training rows x \d+ features", out)
     assert re.search(
         r"^\| 1\.25 \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.e+-]+ \| [\d.e+-]+ \|$", out, re.M

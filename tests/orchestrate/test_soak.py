@@ -20,7 +20,8 @@ from ..data.conftest import needs
 
 SHORT = ["--dataset", "heart-disease", "--objective", "xe_mmd", "--workers", "2", "--trials", "6", "--seeds", "3",
          "--kill-every", "6", "12", "--max-kills", "2", "--moves", "2"]  # fmt: skip
-FAST = ["profile=smoke"]
+#: one epoch on 128 rows: what the soak counts is trials and seeds, not how well they train
+FAST = ["profile=smoke", "trainer.max_epochs=1", "dataset.max_train_rows=128"]
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from kcal.orchestrate.state import JOURNAL, MARKER, export_state, import_state, 
 from kcal.sweep.fingerprint import STUDY_ATTR
 from kcal.sweep.studies import counted
 
-from ..common import SMOKE
+from ..common import SMOKE, run_modules
 from ..data.conftest import needs
 from ..orchestrate.test_reproduce import study_counts, sweep_cmd
 
@@ -106,15 +106,17 @@ def test_no_predictions_leaves_the_forecasts_behind(exported, tmp_path):
 def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_path, capsys):
     root_a, state = exported
     root_b = tmp_path / "machine-b" / "root"
-    done = run(state_cmd("import", state, root_b))
+    # the import, a question about its trials and the evaluation from the forecasts that travelled, as commands,
+    # in one interpreter (tests/common.py); each only reads what the one before wrote
+    done, ranged, evaluated = run_modules(
+        [("kcal.orchestrate.state", ["import", str(state), str(root_b)]),
+         ("kcal.publish.questions.trial_range", [str(root_b), "crime", "nll", "test/nll", "0"]),
+         ("kcal", ["reevaluate", str(root_b)])], env={"PYTHONUNBUFFERED": "1"}, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert (
         "crime: 1 study (2 trials: 2 complete), 2 finished seeds" in done.stdout
     )  # trials' metrics aren't seeds
     assert trials(root_b) == trials(root_a) and len(trials(root_a)) == 2
-    ranged = run(
-        [sys.executable, "-m", "kcal.publish.questions.trial_range", root_b, "crime", "nll", "test/nll", "0"]
-    )
     assert ranged.returncode == 0, ranged.stderr[-2000:]
     assert re.search(r"test/nll over 2 finished trials: min \S+, median \S+, max \S+\n  the selected trial #[01]: ",
                      ranged.stdout), ranged.stdout  # fmt: skip
@@ -127,7 +129,6 @@ def test_imported_root_resumes_without_redoing_trials_or_seeds(exported, tmp_pat
             assert sorted(a) == sorted(b) and all(
                 a[n].dtype == b[n].dtype and np.array_equal(a[n], b[n]) for n in a
             )
-    evaluated = run([sys.executable, "-m", "kcal", "reevaluate", root_b])  # from the forecasts that travelled
     assert evaluated.returncode == 0 and "crime/nll: 2 seeds evaluated again (0 official values moved)" in (
         evaluated.stdout
     ), evaluated.stderr[-2000:]

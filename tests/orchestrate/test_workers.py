@@ -106,12 +106,13 @@ def test_core_scaling_script_runs():
     assert "scaling: min" in out.stdout
 
 
-# a smoke reproduction of heart-disease's XE, XE + MMD and XE + MMCE on 3 workers: 6 trials each of 40 epochs
+# a smoke reproduction of heart-disease's XE, XE + MMD and XE + MMCE on 3 workers: 2 trials each of 40 epochs
 # (about a second or two each, so a poll sees a worker in the middle of one; one trial of a study at a time, so
-# three studies keep three workers training) and 3 seeds, one chunk each
+# three studies keep three workers training) and 2 seeds, one chunk each
+DEAD_TRIALS, DEAD_SEEDS = 2, 2
 DEAD_WORKER_RUN = ["task=classification", "reproduce.datasets=[heart-disease]", "reproduce.objectives=[xe,xe_mmd,xe_mmce]",
-                   "reproduce.jobs=3", "reproduce.tables=false", "profile=smoke", "sweep.n_trials=6",
-                   "seeds_run.n_seeds=3", "seeds_run.vectorized=false", "trainer.max_epochs=40",
+                   "reproduce.jobs=3", "reproduce.tables=false", "profile=smoke", f"sweep.n_trials={DEAD_TRIALS}",
+                   f"seeds_run.n_seeds={DEAD_SEEDS}", "seeds_run.vectorized=false", "trainer.max_epochs=40",
                    "trainer.min_epochs=40"]  # fmt: skip
 OBJECTIVES = ("xe", "xe_mmd", "xe_mmce")
 
@@ -176,7 +177,9 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
         trial = study_of(root, "heart-disease", objective).get_trials(deepcopy=False)[number]
         assert trial.state == optuna.trial.TrialState.COMPLETE, (pid == victim, trial)
     for objective in OBJECTIVES:
-        assert count_problems(root, "heart-disease", objective, 6, 3) == []  # every trial and seed once
+        assert (
+            count_problems(root, "heart-disease", objective, DEAD_TRIALS, DEAD_SEEDS) == []
+        )  # each trial, seed once
 
 
 @needs("heart-disease")  # the study's fingerprint hashes its raw file

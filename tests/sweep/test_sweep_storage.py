@@ -234,16 +234,13 @@ def test_workers_that_create_the_schema_at_once_on_postgresql_all_open_it(postgr
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [study.study_name]
 
 
-def _pop_queued(root: str, start: float, out) -> None:
+def _pop_queued(root: str, start, out) -> None:
     """A worker process: ask until the study has no queued trial left; put the numbers of those it got."""
-    import time
-
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     cfg = OmegaConf.create({"root": root, "sweep": {"storage": None, "heartbeat_interval": 60, "grace_period": None,
                                                       "max_retry": 2}})  # fmt: skip
     study = optuna.load_study(study_name="queue", storage=open_storage(cfg))
-    while time.time() < start:  # start together
-        time.sleep(0.001)
+    start.wait(timeout=600)  # start together: once every worker has its study open, however long spawns take
     got = []
     while True:
         trial = study.ask()
@@ -260,7 +257,6 @@ def test_workers_popping_queued_trials_from_sqlite_never_get_the_same_one(tmp_pa
     state, 8 processes popped 40 queued trials 50-55 times (two workers training one trial into one folder;
     the later one's tell fails: 'Cannot tell a COMPLETE trial')."""
     import multiprocessing as mp
-    import time
 
     cfg = OmegaConf.create({"root": str(tmp_path), "sweep": {"storage": None, "heartbeat_interval": 60,
                                                             "grace_period": None, "max_retry": 2}})  # fmt: skip
@@ -269,11 +265,11 @@ def test_workers_popping_queued_trials_from_sqlite_never_get_the_same_one(tmp_pa
     for i in range(n):
         study.enqueue_trial({"x": i})
     ctx = mp.get_context("spawn")
-    out, start = ctx.Queue(), time.time() + 4.0
+    out, start = ctx.Queue(), ctx.Barrier(6)
     procs = [ctx.Process(target=_pop_queued, args=(str(tmp_path), start, out)) for _ in range(6)]
     for p in procs:
         p.start()
-    got = [x for _ in procs for x in out.get(timeout=120)]
+    got = [x for _ in procs for x in out.get(timeout=600)]
     for p in procs:
         p.join(timeout=30)
     assert sorted(got) == list(range(n))  # every queued trial popped once, none twice

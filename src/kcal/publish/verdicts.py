@@ -73,6 +73,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 BETTER, INDISTINGUISHABLE, WORSE = "better", "indistinguishable", "worse"
 OUTCOMES = (BETTER, INDISTINGUISHABLE, WORSE)
@@ -193,8 +194,11 @@ MAX_RUNS = 1000
 """:func:`runs_needed` gives up beyond this many runs."""
 
 
+@lru_cache(maxsize=4096)
 def quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``math.inf``: the standard normal)."""
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``math.inf``: the standard normal);
+    remembered, since a report asks for the same few (p, df) pairs tens of thousands of times (scipy's ``ppf``
+    costs ~75 us a call)."""
     from scipy.stats import norm, t
 
     return float(norm.ppf(p)) if math.isinf(df) else float(t.ppf(p, df))
