@@ -54,16 +54,17 @@ import numpy as np
 import pandas as pd
 
 from kcal.publish import verdicts as V
+from kcal.publish import whole_runs
 from kcal.publish.claims import CLAIMS, claim_values, evaluate_claim
 from kcal.publish.table_cells import (
     DEFINITION_DIFFERS,
     FLAVOURS,
     TABLES,
     cell_frame,
-    comparison_frame,
     fmt,
     normalise_results,
 )
+from kcal.publish.whole_runs import replicate_cells
 
 ALPHA = 0.05
 """Two-sided level of the prediction interval: the share of "differs" that chance alone gives."""
@@ -133,18 +134,6 @@ def chance_range(n: int, alpha: float = ALPHA, level: float = 0.95) -> tuple[flo
         return 0.0, 0, 0
     tail = (1.0 - level) / 2
     return alpha * n, int(binom.ppf(tail, n, alpha)), int(binom.ppf(1.0 - tail, n, alpha))
-
-
-def replicate_cells(replicates: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Every table cell of every replicate (its results, as ``results.csv``), both flavours, with a
-    ``replicate`` column; cells a replicate did not run are left out."""
-    frames = []
-    for name, results in replicates.items():
-        for flavour in FLAVOURS:
-            comp = comparison_frame(results, flavour)
-            comp = comp[comp["ours_mean"].notna()]
-            frames.append(comp.assign(replicate=name))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def spread_frame(replicates: dict[str, pd.DataFrame], published: str = PUBLISHED) -> pd.DataFrame:
@@ -353,8 +342,6 @@ def summary_markdown(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) 
 def whole_run_text(replicates: dict[str, pd.DataFrame], spread: pd.DataFrame) -> str:
     """The paper's numbers as one more run, over whole runs (:func:`kcal.publish.whole_runs.paper_runs`), on the
     cells tested."""
-    from kcal.publish import whole_runs  # it reads the runs' cells with replicate_cells, here
-
     if spread.empty:
         return ""
     tested = spread[spread["protocol_verdict"].isin([WITHIN, BEYOND])]

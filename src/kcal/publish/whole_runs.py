@@ -46,8 +46,7 @@ import numpy as np
 import pandas as pd
 
 from kcal.publish import verdicts as V
-from kcal.publish.protocol_spread import replicate_cells
-from kcal.publish.table_cells import TABLES
+from kcal.publish.table_cells import FLAVOURS, TABLES, comparison_frame
 
 ALPHA = 0.05
 """The family-wise level of the difference tests and of the equivalence tests (each family, after Holm)."""
@@ -197,6 +196,18 @@ def best_scores(studies: Mapping[str, pd.DataFrame], dataset: str, lower_is_bett
     objectives = set().union(*per.values())
     return {n: sign * float(np.mean([v[o] for o in sorted(objectives)])) for n, v in per.items()
             if set(v) == objectives}  # fmt: skip
+
+
+def replicate_cells(replicates: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every table cell of every replicate (its results, as ``results.csv``), both flavours, with a
+    ``replicate`` column; cells a replicate did not run are left out."""
+    frames = []
+    for name, results in replicates.items():
+        for flavour in FLAVOURS:
+            comp = comparison_frame(results, flavour)
+            comp = comp[comp["ours_mean"].notna()]
+            frames.append(comp.assign(replicate=name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def cell_values(runs: Mapping[str, pd.DataFrame], tables: Sequence[str] | None = None) -> pd.DataFrame:
