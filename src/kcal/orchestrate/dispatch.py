@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import pebble
 
-from kcal.orchestrate.tasks import ONE_THREAD_ENV, init_worker, ready
+from kcal.orchestrate.tasks import ONE_THREAD_ENV, init_worker
 
 QUEUED_PER_WORKER = 1
 """Tasks waiting in the pool's queue per worker, beyond the one it runs: a worker that finishes a task starts the
@@ -66,13 +66,9 @@ class Dispatcher:
         self.started: dict[Future, float] = {}
 
     def new_pool(self) -> pebble.ProcessPool:
-        """A pool whose workers start now (:func:`~kcal.orchestrate.tasks.ready`) and import the training stack as
-        they do (:func:`~kcal.orchestrate.tasks.init_worker`)."""
-        pool = pebble.ProcessPool(
+        return pebble.ProcessPool(
             self.jobs, initializer=init_worker, initargs=(os.getpid(),), context=self.ctx
         )
-        pool.schedule(ready)
-        return pool
 
     @property
     def active(self) -> bool:

@@ -40,16 +40,6 @@ def init_worker(parent: int) -> None:
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=exit_with_parent, args=(parent,), daemon=True).start()
-    # what training loads (Lightning: ~3 s), at the worker's start: the pool starts its workers before the
-    # parent opens its studies (:func:`ready`), so the two overlap instead of the first task paying it
-    import kcal.run.single  # noqa: F401
-    import kcal.run.stacked  # noqa: F401
-
-
-def ready() -> int:
-    """A task that does nothing (its worker's pid): scheduled first, it starts the pool's workers (pebble starts
-    them with its first task) while the parent still opens its studies."""
-    return os.getpid()
 
 
 def exit_with_parent(parent: int, poll_s: float = 2.0) -> None:

@@ -45,9 +45,9 @@ def run_workers(
     that step. After ``max_deaths * jobs`` setbacks in a row the run stops with one line; a rerun resumes."""
     setbacks = Setbacks(jobs, max_deaths)
     with one_thread_env():
-        pool = Dispatcher(jobs)  # its workers start, and import what they train with, while the studies open
+        schedule = Schedule(stages, jobs)
+        pool = Dispatcher(jobs)
         try:
-            schedule = Schedule(stages, jobs)
             while not (schedule.complete() and not pool.futures):
                 step(schedule, pool, setbacks, progress, poll_s)
             pool.close()
