@@ -9,7 +9,7 @@ the pruned runs hold, so every count compares like with like.
 **Runs of the reversed pruner** (:func:`superseded`). Until commit 533776f ("pruners: a trial reports its
 running-best validation loss signed to the study's direction") every trial reported its validation cross-entropy,
 which is minimised, to a classification study, which maximises accuracy; SuccessiveHalving ranks reports by the
-study's direction, so it pruned the trials with the *lowest* cross-entropy and kept the worst (issue 66). A
+study's direction, so it pruned the trials with the *lowest* cross-entropy and kept the worst. A
 regression study minimises its validation NLL, the reported value's own direction, so its pruning was right. A
 run folder records the commit of each root it was published from (``provenance.json``); a classification root
 recorded on one of :data:`REVERSED_PRUNER_COMMITS` ran the reversed pruner: its datasets are *superseded*, listed
