@@ -64,7 +64,6 @@ from kcal.publish.table_cells import (
     fmt,
     normalise_results,
 )
-from kcal.publish.whole_runs import replicate_cells
 
 ALPHA = 0.05
 """Two-sided level of the prediction interval: the share of "differs" that chance alone gives."""
@@ -140,7 +139,7 @@ def spread_frame(replicates: dict[str, pd.DataFrame], published: str = PUBLISHED
     """One row per cell with at least two runs: the runs' means, their spread and its interval, the ratio to
     the published seed SE, the published cell's seed verdict, the prediction interval's verdict
     (``protocol_verdict``) and the old rule's (``old_protocol_verdict``)."""
-    cells = replicate_cells(replicates)
+    cells = whole_runs.replicate_cells(replicates)
     if cells.empty:
         return pd.DataFrame()
     rows = []

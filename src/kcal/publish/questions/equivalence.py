@@ -59,8 +59,9 @@ import pandas as pd
 
 from kcal.publish import verdicts as V
 from kcal.publish.claims import CLAIMS, claim_values, evaluate_claim
-from kcal.publish.protocol_spread import chance_range, replicate_cells
+from kcal.publish.protocol_spread import chance_range
 from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, normalise_results
+from kcal.publish.whole_runs import replicate_cells
 
 MARGIN = 1.0
 """Equivalence margin of count 1, in protocol SDs of a cell."""

@@ -77,7 +77,7 @@ from kcal.publish import verdicts as V
 from kcal.publish import whole_runs as W
 from kcal.publish.claims import CLAIMS, evaluate_claim
 from kcal.publish.protocol_runs import Runs, read_runs, reference_folders
-from kcal.publish.protocol_spread import ALPHA, chance_range, prediction_half_width, replicate_cells
+from kcal.publish.protocol_spread import ALPHA, chance_range, prediction_half_width
 from kcal.publish.questions import Published
 from kcal.publish.table_cells import FLAVOURS, TABLES, cell_frame, normalise_results
 
@@ -146,11 +146,11 @@ def cell_checks(reference: dict[str, pd.DataFrame], workers: dict[str, pd.DataFr
     """Rule 2: one row per table cell of Tables 4 and 5 and worker run (``{name: results}``) that at least two
     reference runs (``{name: results}``) hold: the worker's value, the reference mean and half-width, ``verdict``
     (WITHIN / OUTSIDE) and ``outcome`` (better / indistinguishable / worse by the metric's direction)."""
-    return checks_of_cells(replicate_cells(reference), replicate_cells(workers))
+    return checks_of_cells(W.replicate_cells(reference), W.replicate_cells(workers))
 
 
 def checks_of_cells(ref: pd.DataFrame, wrk: pd.DataFrame) -> pd.DataFrame:
-    """:func:`cell_checks` on the runs' cells (:func:`kcal.publish.protocol_spread.replicate_cells`)."""
+    """:func:`cell_checks` on the runs' cells (:func:`kcal.publish.whole_runs.replicate_cells`)."""
     columns = [
         "flavour",
         "table",
@@ -201,7 +201,7 @@ def reference_null(reference: dict[str, pd.DataFrame]) -> Null:
     if len(reference) < 3:
         return Null()
     n = worse = better = flagged = 0
-    each = {name: replicate_cells({name: results}) for name, results in reference.items()}
+    each = {name: W.replicate_cells({name: results}) for name, results in reference.items()}
     for name in reference:
         others = pd.concat([c for k, c in each.items() if k != name], ignore_index=True)
         cells = checks_of_cells(others, each[name])
