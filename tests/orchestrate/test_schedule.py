@@ -112,3 +112,34 @@ def test_the_dispatcher_says_what_runs_and_what_came_back_and_replaces_a_dead_wo
         )  # a new worker in its place
     finally:
         pool.stop()
+
+
+@needs("heart-disease")
+def test_a_rerun_splits_over_the_workers_only_when_its_study_is_the_last_to_finish(tmp_path):
+    """While another study sweeps, its trials keep the other worker busy: a rerun released then trains whole
+    (one chunk's fixed cost); the last study's rerun is split over the workers, so none waits at the end."""
+    from hydra import compose, initialize_config_dir
+
+    from kcal.configs import CONFIG_DIR
+    from kcal.orchestrate.schedule import Schedule, Stage
+
+    def stage(objective):
+        over = ["dataset=heart-disease", f"objective={objective}", "profile=smoke", f"root={tmp_path}",
+                "sweep.n_trials=1", "seeds_run.n_seeds=4", "seeds_run.vectorized=true"]  # fmt: skip
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return Stage("heart-disease", objective, compose("seeds", overrides=over), sweeps=True)
+
+    schedule = Schedule([stage("xe"), stage("xe_mmce")], jobs=2)
+    trials = [schedule.next_task(), schedule.next_task()]
+    assert {t.kind for t in trials} == {"trial"} and schedule.next_task() is None
+    first, last = trials
+    schedule.trial_done(first, Outcome("complete", 0.5))
+    whole = schedule.next_task()  # the other study still sweeps: its rerun in one chunk
+    assert (whole.kind, whole.stage.label, whole.seeds) == ("seeds", first.stage.label, [0, 1, 2, 3])
+    schedule.trial_done(last, Outcome("complete", 0.5))
+    split = [schedule.next_task(), schedule.next_task()]
+    assert [(t.stage.label, t.seeds) for t in split] == [
+        (last.stage.label, [0, 1]),
+        (last.stage.label, [2, 3]),
+    ]
+    assert schedule.complete()

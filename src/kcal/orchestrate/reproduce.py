@@ -116,9 +116,10 @@ def protocol_progress(runnable: list[Stage], jobs: int = 1) -> Progress:
     seconds (:mod:`kcal.orchestrate.costs`), with the forecast of its ETA (:class:`kcal.core.progress.Forecast`:
     the studies in the pool's order, each one's seed chunks, Table 6's reruns included, after its trials).
 
-    The seeds still to train are planned in the chunks that will train them (``jobs`` workers split a rerun
-    into at least ``jobs`` chunks, :func:`kcal.reruns.seeds.chunks`), so the units advanced as chunks finish
-    add up to the plan: the progress reaches its end with the protocol's last stage, not before."""
+    The seeds still to train are planned as the last study's rerun trains them (``jobs`` workers split it into
+    at least ``jobs`` chunks, :func:`kcal.reruns.seeds.chunks`; a rerun released while other studies sweep
+    trains whole, :meth:`kcal.orchestrate.schedule.Schedule.release`), so the plan is the most the chunks can
+    weigh: the progress reaches its end with the protocol's last stage, not before."""
     total = done = 0.0
     parts = jobs if jobs > 1 else 1
     forecast = Forecast(workers=jobs, pace=first_pace(jobs))

@@ -153,16 +153,22 @@ class Schedule:
             self.release(key)
 
     def release(self, key: tuple[str, str]) -> None:
-        """The study is complete: its ``best.json``, then its stages' seed chunks (or their summaries)."""
+        """The study is complete: its ``best.json``, then its stages' seed chunks (or their summaries).
+
+        A rerun is split over the workers (:func:`kcal.reruns.seeds.chunks`' ``parts``) only when it is released
+        by the last study to finish: while other studies sweep, their trials keep the other workers busy, and
+        every extra chunk pays a chunk's fixed cost again (its data, model and evaluation set-up: on a 2-core
+        machine, split reruns cost ~50 % more CPU than whole ones). A chunk's size changes no seed's numbers."""
         finish_study(self.studies[key], self.owners[key].cfg)
         self.swept.add(key)
+        parts = self.jobs if self.swept >= set(self.owners) else 1
         for st in self.stages:
             if st.study_key != key:
                 continue
             base, pending = seed_plan(st.cfg)
             print(plan_line(st.cfg, pending), file=sys.stderr, flush=True)
             both = (OmegaConf.to_container(base), OmegaConf.to_container(st.cfg, resolve=True))
-            groups = chunks(st.cfg, pending, parts=self.jobs)
+            groups = chunks(st.cfg, pending, parts=parts)
             self.chunks_left[id(st)] = len(groups)
             self.seed_tasks.extend(Task("seeds", st, seeds=g, containers=both) for g in groups)
             if not groups:
