@@ -14,19 +14,21 @@ import pytest
 
 from ..data.conftest import needs
 
-# The middle process plays the reproduction: it starts one worker watched by exit_with_parent, prints
-# the worker's pid, and waits. The worker would sleep for 10 minutes if nothing stopped it.
+# The middle process plays the reproduction: it starts one worker watched by exit_with_parent (spawned, or forked
+# by the pool's fork server as the pool's are), prints the worker's pid, and waits. The worker would sleep for 10
+# minutes if nothing stopped it.
 PARENT = """
 import multiprocessing as mp, os, sys, time
 from kcal.orchestrate.tasks import exit_with_parent
 
-def worker(parent):
+def worker(parent, watching):
     import threading
     threading.Thread(target=exit_with_parent, args=(parent, 0.2), daemon=True).start()
+    open(watching, "w").close()
     time.sleep(600)
 
 if __name__ == "__main__":
-    p = mp.get_context("spawn").Process(target=worker, args=(os.getpid(),))
+    p = mp.get_context(sys.argv[1]).Process(target=worker, args=(os.getpid(), sys.argv[2]))
     p.start()
     print(p.pid, flush=True)
     time.sleep(600)
@@ -42,14 +44,18 @@ def alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-def test_worker_exits_when_its_parent_is_killed(tmp_path):
+@pytest.mark.parametrize("start", ["spawn", "forkserver"])
+def test_worker_exits_when_its_parent_is_killed(tmp_path, start):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    watching = tmp_path / "watching"
+    parent = subprocess.Popen([sys.executable, str(script), start, str(watching)], stdout=subprocess.PIPE, text=True)
     worker = None
     try:
         worker = int(parent.stdout.readline())
-        assert alive(worker)
+        wait_for(lambda: watching.exists() or not alive(worker), 120, "the worker's watchdog")
+        time.sleep(1.0)  # five of the watchdog's polls: a worker whose parent lives goes on
+        assert alive(worker), "the worker exited while its parent ran"
         parent.send_signal(signal.SIGKILL)  # no handler runs: only the worker's watchdog can notice
         parent.wait(timeout=10)
         deadline = time.monotonic() + 30

@@ -65,8 +65,9 @@ def kcal_command(args: list[str]) -> list[str]:
 
 
 def pool_workers(parent: int) -> list[int]:
-    """The pool worker processes of ``parent`` (spawned multiprocessing children, not its resource tracker)."""
-    out = []
+    """The pool worker processes of ``parent``: the children of its multiprocessing fork server (or its spawned
+    multiprocessing children), not its resource tracker nor the server itself."""
+    procs: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -75,10 +76,12 @@ def pool_workers(parent: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and "multiprocessing" in cmdline and "resource_tracker" not in cmdline:
-            out.append(int(entry.name))
-    return out
+        procs[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline)
+    children = [pid for pid, (ppid, cmd) in procs.items()
+                if ppid == parent and "multiprocessing" in cmd and "resource_tracker" not in cmd]  # fmt: skip
+    servers = {pid for pid in children if "forkserver" in procs[pid][1]}
+    forked = [pid for pid, (ppid, _) in procs.items() if ppid in servers]
+    return sorted([pid for pid in children if pid not in servers] + forked)
 
 
 def study_of(root: Path, dataset: str, objective: str) -> optuna.Study | None:

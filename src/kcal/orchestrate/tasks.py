@@ -43,13 +43,26 @@ def init_worker(parent: int) -> None:
 
 
 def exit_with_parent(parent: int, poll_s: float = 2.0) -> None:
-    """Exit this process once its parent is no longer ``parent``.
+    """Exit this process once ``parent`` (the pool's process) is gone: its own parent changed (a pool's fork
+    server exits with the pool's process, and its workers are handed to another) or ``parent`` no longer runs.
 
     A pool's parent that is killed (SIGTERM, SIGKILL; Ctrl-C stops the workers by itself) would leave its
     workers training a task to the end and then waiting forever; a resumed run trains that task again."""
-    while os.getppid() == parent:
+    first = os.getppid()
+    while os.getppid() == first and runs(parent):
         time.sleep(poll_s)
     os._exit(1)
+
+
+def runs(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts: its parent has not read its end yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 #: this worker process's open study storages: opening one (an engine, Optuna's schema check through
