@@ -49,7 +49,9 @@ def test_worker_exits_when_its_parent_is_killed(tmp_path, start):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
     watching = tmp_path / "watching"
-    parent = subprocess.Popen([sys.executable, str(script), start, str(watching)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), start, str(watching)], stdout=subprocess.PIPE, text=True
+    )
     worker = None
     try:
         worker = int(parent.stdout.readline())
