@@ -218,20 +218,29 @@ def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 @needs("heart-disease")
-def test_a_pool_stopped_by_a_death_between_tasks_is_replaced(tmp_path, capsys):
-    """A worker killed while no task of the pool runs (here: as the pool starts) makes pebble stop the whole
-    pool: a new one takes its place, the tasks that were queued are queued again, and every trial and seed
-    runs once."""
-    from kcal.orchestrate import workers
+def test_a_pool_stopped_by_a_death_between_tasks_is_replaced(tmp_path, capsys, monkeypatch):
+    """A worker killed while no task of the pool runs (here: the first pool's, once its workers have run a task
+    that does nothing) makes pebble stop the whole pool: a new one takes its place, the tasks that were queued are
+    queued again, and every trial and seed runs once."""
+    from kcal.orchestrate import dispatch, workers
     from kcal.orchestrate.reproduce import protocol_progress
     from kcal.orchestrate.soak import count_problems
 
+    first_pool = dispatch.Dispatcher.new_pool
+    pools = []
+
+    def new_pool(self):
+        pool = first_pool(self)
+        if not pools:
+            pool.schedule(os.getpid).result(timeout=300)  # pebble starts the workers with a first task
+            multiprocessing.active_children()[0].kill()
+            wait_for(lambda: not pool.active, 60, "the pool stopped by pebble")
+        pools.append(pool)
+        return pool
+
+    monkeypatch.setattr(dispatch.Dispatcher, "new_pool", new_pool)
     stage = heart_disease_stage(tmp_path, "sweep.n_trials=3", "seeds_run.n_seeds=2")
-    try:
-        kill_workers(stop := threading.Event(), times=1)
-        workers.run_workers([stage], 2, protocol_progress([stage], 2), poll_s=0.5)
-    finally:
-        stop.set()
+    workers.run_workers([stage], 2, protocol_progress([stage], 2), poll_s=0.5)
     err = capsys.readouterr().err
     assert err.count("pool started again") == 1 and re.search(
         r"its [0-3] queued tasks are queued again", err

@@ -12,6 +12,7 @@ those that never ran).
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import time
 from collections import deque
@@ -67,6 +68,14 @@ def worker_context() -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(WORKER_PRELOAD)
     return ctx
+
+
+def start_worker_server() -> None:
+    """Start the workers' fork server now, under :func:`one_thread_env`, so that its imports overlap what this
+    process does before its first task (composing and opening the studies) instead of delaying the first worker."""
+    worker_context()
+    with one_thread_env():
+        multiprocessing.forkserver.ensure_running()
 
 
 class Dispatcher:

@@ -34,6 +34,7 @@ from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.data.registry import dataset_names
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
+from kcal.orchestrate.dispatch import start_worker_server
 from kcal.orchestrate.workers import Stage, run_workers
 from kcal.paper import PAPER_DATASETS as DATASETS
 from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
@@ -176,6 +177,7 @@ def hold_root(root: Path) -> FileLock:
 def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     """The protocol's stages into ``cfg.root`` (the module docstring); the root is held (:func:`hold_root`) from
     the first stage on, once the datasets are found."""
+    start_worker_server()  # its imports while the stages are composed and their studies opened
     root = Path(cfg.root)
     plan = stages(cfg)
     skipped = {}
