@@ -118,16 +118,11 @@ def test_the_dispatcher_says_what_runs_and_what_came_back_and_replaces_a_dead_wo
 def test_a_rerun_splits_over_the_workers_only_when_its_study_is_the_last_to_finish(tmp_path):
     """While another study sweeps, its trials keep the other worker busy: a rerun released then trains whole
     (one chunk's fixed cost); the last study's rerun is split over the workers, so none waits at the end."""
-    from hydra import compose, initialize_config_dir
-
-    from kcal.configs import CONFIG_DIR
-    from kcal.orchestrate.schedule import Schedule, Stage
+    from kcal.orchestrate.schedule import Schedule
 
     def stage(objective):
-        over = ["dataset=heart-disease", f"objective={objective}", "profile=smoke", f"root={tmp_path}",
-                "sweep.n_trials=1", "seeds_run.n_seeds=4", "seeds_run.vectorized=true"]  # fmt: skip
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return Stage("heart-disease", objective, compose("seeds", overrides=over), sweeps=True)
+        return heart_disease_stage(tmp_path, "sweep.n_trials=1", "seeds_run.n_seeds=4", "seeds_run.vectorized=true",
+                                   objective=objective)  # fmt: skip
 
     schedule = Schedule([stage("xe"), stage("xe_mmce")], jobs=2)
     trials = [schedule.next_task(), schedule.next_task()]

@@ -202,7 +202,7 @@ def test_workers_that_die_in_a_row_stop_the_run_in_one_line(tmp_path, capsys):
 
     stage = heart_disease_stage(tmp_path)
     try:
-        kill_workers(stop := threading.Event(), times=None)
+        kill_workers(stop := threading.Event())
         with pytest.raises(
             IncompleteError,
             match=r"3 tasks lost in a row \(2 per worker of 1\) with no task finished",
@@ -283,28 +283,25 @@ def test_a_dead_seed_chunk_is_queued_again(tmp_path, capsys):
     assert count_problems(tmp_path, "heart-disease", "xe", 1, 2) == []
 
 
-def heart_disease_stage(root, *overrides):
+def heart_disease_stage(root, *overrides, objective: str = "xe"):
     from hydra import compose, initialize_config_dir
 
     from kcal.configs import CONFIG_DIR
     from kcal.orchestrate.schedule import Stage
 
-    over = ["dataset=heart-disease", "objective=xe", "profile=smoke", f"root={root}", *overrides]
+    over = ["dataset=heart-disease", f"objective={objective}", "profile=smoke", f"root={root}", *overrides]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return Stage("heart-disease", "xe", compose("seeds", overrides=over), sweeps=True)
+        return Stage("heart-disease", objective, compose("seeds", overrides=over), sweeps=True)
 
 
-def kill_workers(stop: threading.Event, times: int | None) -> None:
-    """SIGKILL this process's worker processes as soon as they start, ``times`` of them (None: all), on a
-    thread of its own until ``stop`` is set."""
+def kill_workers(stop: threading.Event) -> None:
+    """SIGKILL this process's worker processes as soon as they start, on a thread of its own until ``stop`` is
+    set."""
 
     def kill():
-        killed = 0
-        while not stop.is_set() and (times is None or killed < times):
-            for child in multiprocessing.active_children():
+        while not stop.is_set():
+            for child in multiprocessing.active_children()[:1]:
                 child.kill()
-                killed += 1
-                break
             time.sleep(0.05)
 
     threading.Thread(target=kill, daemon=True).start()
