@@ -57,6 +57,21 @@ def test_a_batch_above_one_puts_that_many_trials_of_a_study_in_training(tmp_path
     assert [schedule.next_task().number for _ in range(2)] == [3, 4] and schedule.next_task() is None
 
 
+@needs("heart-disease")
+def test_the_studies_of_one_root_share_one_opened_storage(tmp_path, monkeypatch):
+    """Opening a storage costs an engine and Optuna's schema check (~0.1 s each): the schedule of several studies
+    opens their root's once."""
+    from kcal.orchestrate.schedule import Schedule
+    from kcal.sweep import studies
+
+    opened = []
+    real = studies.open_storage
+    monkeypatch.setattr(studies, "open_storage", lambda cfg: opened.append(cfg.root) or real(cfg))
+    stages = [heart_disease_stage(tmp_path, objective=o) for o in ("xe", "xe_mmd", "xe_mmce")]
+    schedule = Schedule(stages, 2)
+    assert len(schedule.studies) == 3 and opened == [str(tmp_path)]
+
+
 def test_setbacks_in_a_row_stop_the_run_in_one_line_and_a_finished_task_resets_the_row():
     setbacks = Setbacks(jobs=2, max_deaths=2)
     assert (

@@ -12,17 +12,16 @@ those that never ran).
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 
 import pebble
 
-from kcal.orchestrate.tasks import ONE_THREAD_ENV, init_worker
+from kcal.orchestrate.tasks import init_worker
+from kcal.orchestrate.worker_server import worker_context
 
 QUEUED_PER_WORKER = 1
 """Tasks waiting in the pool's queue per worker, beyond the one it runs: a worker that finishes a task starts the
@@ -39,47 +38,8 @@ def stop_pool(pool: pebble.ProcessPool) -> None:
     pool.join()
 
 
-@contextmanager
-def one_thread_env():
-    """:data:`~kcal.orchestrate.tasks.ONE_THREAD_ENV` in this process's environment while the pool runs (its
-    workers, replacements too, read it as they start); the caller's values afterwards."""
-    saved = {k: os.environ.get(k) for k in ONE_THREAD_ENV}
-    os.environ.update(ONE_THREAD_ENV)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-WORKER_PRELOAD = ["kcal.orchestrate.tasks", "kcal.run.single", "kcal.run.stacked"]
-"""What a worker trains with (Lightning and torch: seconds to import), imported once by the pool's fork server."""
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """Workers forked from a fork server (:mod:`multiprocessing`'s ``forkserver``) that imported
-    :data:`WORKER_PRELOAD` once: a worker, a replacement of a dead one too, starts in milliseconds instead of paying
-    the imports again. The server is a fresh interpreter that imported torch but never ran it (one thread, no
-    thread pool to copy into a fork), started with this process's environment of the moment: the first pool's
-    :func:`one_thread_env` included."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(WORKER_PRELOAD)
-    return ctx
-
-
-def start_worker_server() -> None:
-    """Start the workers' fork server now, under :func:`one_thread_env`, so that its imports overlap what this
-    process does before its first task (composing and opening the studies) instead of delaying the first worker."""
-    worker_context()
-    with one_thread_env():
-        multiprocessing.forkserver.ensure_running()
-
-
 class Dispatcher:
-    """``jobs`` worker processes (:func:`worker_context`)."""
+    """``jobs`` worker processes, forked from the fork server (:func:`kcal.orchestrate.worker_server.worker_context`)."""
 
     def __init__(self, jobs: int):
         self.jobs = jobs
@@ -91,7 +51,7 @@ class Dispatcher:
 
     def new_pool(self) -> pebble.ProcessPool:
         return pebble.ProcessPool(
-            self.jobs, initializer=init_worker, initargs=(os.getpid(),), context=self.ctx
+            self.jobs, initializer=init_worker, initargs=(os.getpid(), dict(os.environ)), context=self.ctx
         )
 
     @property

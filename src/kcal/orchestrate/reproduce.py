@@ -12,6 +12,13 @@ to ``<root>/tables/`` (:mod:`kcal.publish.tables`). Each stage resumes, so an in
 
 from __future__ import annotations
 
+from kcal.orchestrate.worker_server import start_worker_server
+
+if (
+    __name__ == "__main__"
+):  # the workers' imports (seconds) beside this program's own and its composing, not after
+    start_worker_server(stop_at_exit=True)
+
 import os
 import socket
 import sys
@@ -34,13 +41,12 @@ from kcal.core.storage_url import keeps_password_off_disk
 from kcal.data import get_spec
 from kcal.data.registry import dataset_names
 from kcal.data.sources import ChecksumError, DatasetUnavailableError, locate, offline, unavailable_hint
-from kcal.orchestrate.dispatch import start_worker_server
 from kcal.orchestrate.workers import Stage, run_workers
 from kcal.paper import PAPER_DATASETS as DATASETS
 from kcal.paper import PAPER_OBJECTIVES as OBJECTIVES
 from kcal.reruns.seeds import SCHEMA as SEEDS_SCHEMA
 from kcal.reruns.seeds import chunks, collect, seed_dirs
-from kcal.sweep.studies import counted, open_study
+from kcal.sweep.studies import StorageCache, counted, open_study
 
 OWN_KEYS = ("task=", "reproduce.", "+reproduce.")
 
@@ -125,11 +131,12 @@ def protocol_progress(runnable: list[Stage], jobs: int = 1) -> Progress:
     parts = jobs if jobs > 1 else 1
     forecast = Forecast(workers=jobs, pace=first_pace(jobs))
     plan: dict[tuple[str, str], Study] = {}
+    storages = StorageCache()
     for st in runnable:
         if st.sweeps:
             n = int(st.cfg.sweep.n_trials)
             try:
-                finished = min(n, counted(open_study(st.cfg, create=False))[0])
+                finished = min(n, counted(open_study(st.cfg, create=False, storage=storages(st.cfg)))[0])
             except KeyError:  # no study yet
                 finished = 0
             kind, trial_s = st.piece("trial", 1)
@@ -177,7 +184,7 @@ def hold_root(root: Path) -> FileLock:
 def reproduce(cfg: DictConfig, user_overrides: list[str]) -> Path:
     """The protocol's stages into ``cfg.root`` (the module docstring); the root is held (:func:`hold_root`) from
     the first stage on, once the datasets are found."""
-    start_worker_server()  # its imports while the stages are composed and their studies opened
+    start_worker_server()  # when not started yet (a caller other than the program): its imports beside the composing
     root = Path(cfg.root)
     plan = stages(cfg)
     skipped = {}

@@ -30,7 +30,7 @@ from kcal.reruns.seeds import chunks, plan_line, seed_dirs, seed_plan, summarize
 from kcal.sweep.ask_tell import Outcome, next_batch, sweep_mode, tell
 from kcal.sweep.search import finish_study
 from kcal.sweep.search_space import search_space
-from kcal.sweep.studies import COUNTED_FAILURES, STATUS, counted, open_checked_study
+from kcal.sweep.studies import COUNTED_FAILURES, STATUS, StorageCache, counted, open_checked_study
 
 
 @dataclass
@@ -100,7 +100,8 @@ class Schedule:
     def __init__(self, stages: list[Stage], jobs: int):
         self.stages, self.jobs = stages, jobs
         self.owners = {s.study_key: s for s in stages if s.sweeps}
-        self.studies = {key: open_checked_study(s.cfg) for key, s in self.owners.items()}
+        storages = StorageCache()  # the studies of a root share its storage: opened once
+        self.studies = {key: open_checked_study(s.cfg, storages(s.cfg)) for key, s in self.owners.items()}
         self.spaces = {key: search_space(s.cfg) for key, s in self.owners.items()}
         self.containers = {key: OmegaConf.to_container(s.cfg, resolve=True) for key, s in self.owners.items()}
         self.trials: dict[tuple[str, str], deque[Task]] = {key: deque() for key in self.owners}

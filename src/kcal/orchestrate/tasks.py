@@ -3,8 +3,8 @@ values out, so they pickle), and how a worker is set up (:func:`init_worker`).
 
 A worker trains; it never asks the study for a trial nor tells it one (:mod:`kcal.sweep.ask_tell`: the pool's
 parent does both), so what it trains does not depend on which worker it is or on how many there are. Each
-worker trains with one torch thread, BLAS/OpenMP included (:data:`ONE_THREAD_ENV`): oversubscribed cores run
-these small models many times slower (docs/speed.md, "One thread per process"), and the number of threads would
+worker trains with one torch thread, BLAS/OpenMP included (:data:`kcal.orchestrate.worker_server.ONE_THREAD_ENV`):
+oversubscribed cores run these small models many times slower (docs/speed.md, "One thread per process"), and the number of threads would
 otherwise follow the machine.
 """
 
@@ -24,17 +24,20 @@ from kcal.run.snapshot import resumed_record, resumed_seconds
 from kcal.sweep.ask_tell import Outcome
 from kcal.sweep.search import train_asked
 from kcal.sweep.search_space import search_space
-from kcal.sweep.studies import open_storage, open_study, storage_url, sweep_dir
-
-ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-"""Set in the parent before its workers start (replacements too), read by their libraries as they load."""
+from kcal.sweep.studies import StorageCache, open_study, sweep_dir
 
 
-def init_worker(parent: int) -> None:
-    """Set up a pool worker: one torch thread, Ctrl-C, and an exit when ``parent`` (the pool's process) dies.
+def init_worker(parent: int, environ: dict[str, str]) -> None:
+    """Set up a pool worker: the pool's process's ``environ``, one torch thread, Ctrl-C, and an exit when
+    ``parent`` (the pool's process) dies.
 
-    pebble's workers ignore SIGINT; Ctrl-C (SIGINT to the terminal's process group) interrupts a worker's
-    task again, so the run stops as a whole."""
+    A worker forks from the fork server (:mod:`kcal.orchestrate.worker_server`), which holds the environment of
+    the moment it started, possibly before the program set its own (a storage's password moved off the command line,
+    :mod:`kcal.core.storage_url`); the worker takes the pool's instead, as a spawned one would. pebble's workers
+    ignore SIGINT; Ctrl-C (SIGINT to the terminal's process group) interrupts a worker's task again, so the run
+    stops as a whole."""
+    os.environ.clear()
+    os.environ.update(environ)
     import torch
 
     torch.set_num_threads(1)
@@ -65,18 +68,9 @@ def runs(pid: int) -> bool:
     return True
 
 
-#: this worker process's open study storages: opening one (an engine, Optuna's schema check through
-#: alembic) cost ~70 ms, paid on every trial; the storage files stay in place while a pool runs
-STORAGES: dict[tuple, optuna.storages.BaseStorage] = {}
-
-
-def worker_storage(cfg) -> optuna.storages.BaseStorage:
-    """The study storage of ``cfg``, opened once per worker process and setting."""
-    s = cfg.sweep
-    key = (storage_url(cfg), s.heartbeat_interval, s.get("grace_period"), s.max_retry)
-    if key not in STORAGES:
-        STORAGES[key] = open_storage(cfg)
-    return STORAGES[key]
+#: this worker process's open study storages (:class:`kcal.sweep.studies.StorageCache`): a worker would otherwise
+#: open one on every trial; the storage files stay in place while a pool runs
+worker_storage = StorageCache()
 
 
 #: whether this worker process has run a task yet (its first paid for the imports: Lightning's ~3 s)

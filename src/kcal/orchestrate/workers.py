@@ -22,10 +22,11 @@ from pebble import ProcessExpired
 
 from kcal.core.errors import TaskLost
 from kcal.core.progress import Progress
-from kcal.orchestrate.dispatch import Dispatcher, one_thread_env
+from kcal.orchestrate.dispatch import Dispatcher
 from kcal.orchestrate.recovery import MAX_DEATHS_PER_WORKER, Setbacks, death_cause
 from kcal.orchestrate.schedule import Schedule, Stage, Task, counts
 from kcal.orchestrate.tasks import first_line, seeds_task, trial_task
+from kcal.orchestrate.worker_server import one_thread_env
 from kcal.sweep.search import trial_line
 
 __all__ = ["Stage", "run_workers"]

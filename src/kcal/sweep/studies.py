@@ -99,6 +99,23 @@ def open_storage(cfg: DictConfig) -> optuna.storages.RDBStorage:
     raise AssertionError("unreachable")
 
 
+class StorageCache:
+    """Open study storages of one process, one per setting (URL, heartbeat interval, grace period, retries): opening
+    one costs an engine and Optuna's schema check through alembic (~70-100 ms), which a process that opens many
+    studies of one root (a pool's worker on every trial, the pool's parent for every study) would pay each time.
+    For processes whose storage files stay in place while they run."""
+
+    def __init__(self):
+        self.storages: dict[tuple, optuna.storages.BaseStorage] = {}
+
+    def __call__(self, cfg: DictConfig) -> optuna.storages.BaseStorage:
+        s = cfg.sweep
+        key = (storage_url(cfg), s.heartbeat_interval, s.get("grace_period"), s.max_retry)
+        if key not in self.storages:
+            self.storages[key] = open_storage(cfg)
+        return self.storages[key]
+
+
 def lost_schema_race(exc: Exception) -> bool:
     """Whether opening failed because another process was creating the same schema (worth a retry):
     a unique-constraint or locking error, or a ``ProgrammingError`` saying an object "already exists"
@@ -204,15 +221,17 @@ def open_study(
     return study
 
 
-def open_checked_study(cfg: DictConfig) -> optuna.Study:
-    """:func:`open_study`, refused (:mod:`kcal.sweep.fingerprint`) when the study was made with another config;
-    with ``sweep.overwrite=true`` such a study and its trial folders are deleted and started again."""
+def open_checked_study(cfg: DictConfig, storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
+    """:func:`open_study` (on ``storage``, default :func:`open_storage`), refused (:mod:`kcal.sweep.fingerprint`)
+    when the study was made with another config; with ``sweep.overwrite=true`` such a study and its trial folders
+    are deleted and started again."""
     space = search_space(cfg)
-    study = open_study(cfg)
+    storage = storage if storage is not None else open_storage(cfg)
+    study = open_study(cfg, storage=storage)
     if check_study(study, cfg, space):
-        optuna.delete_study(study_name=study.study_name, storage=open_storage(cfg))
+        optuna.delete_study(study_name=study.study_name, storage=storage)
         shutil.rmtree(sweep_dir(cfg), ignore_errors=True)
-        study = open_study(cfg)
+        study = open_study(cfg, storage=storage)
         stamp_study(study, cfg, space)
     return study
 
