@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from kcal.orchestrate.worker_server import start_worker_server
 
-if (
-    __name__ == "__main__"
-):  # the workers' imports (seconds) beside this program's own and its composing, not after
+# the workers' imports (seconds) beside this program's own and its composing, not after them
+if __name__ == "__main__":
     start_worker_server(stop_at_exit=True)
 
 import os

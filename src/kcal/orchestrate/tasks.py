@@ -4,8 +4,8 @@ values out, so they pickle), and how a worker is set up (:func:`init_worker`).
 A worker trains; it never asks the study for a trial nor tells it one (:mod:`kcal.sweep.ask_tell`: the pool's
 parent does both), so what it trains does not depend on which worker it is or on how many there are. Each
 worker trains with one torch thread, BLAS/OpenMP included (:data:`kcal.orchestrate.worker_server.ONE_THREAD_ENV`):
-oversubscribed cores run these small models many times slower (docs/speed.md, "One thread per process"), and the number of threads would
-otherwise follow the machine.
+oversubscribed cores run these small models many times slower (docs/speed.md, "One thread per process"), and
+the number of threads would otherwise follow the machine.
 """
 
 from __future__ import annotations
