@@ -95,3 +95,46 @@ def test_the_mode_is_checked_and_a_config_without_it_is_asynchronous():
         sweep_mode({"mode": "fast"})
     with pytest.raises(ValueError, match="complete, pruned or fail"):
         Outcome("done")
+
+
+class CountingStorage(optuna.storages.InMemoryStorage):
+    """An in-memory storage that counts its writes to trials."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = []
+
+    def create_new_trial(self, study_id, template_trial=None):
+        self.writes.append("create_new_trial")
+        return super().create_new_trial(study_id, template_trial)
+
+    def set_trial_param(self, *args, **kwargs):
+        self.writes.append("set_trial_param")
+        return super().set_trial_param(*args, **kwargs)
+
+
+def test_an_ask_stores_its_trial_with_every_parameter_in_one_write():
+    storage = CountingStorage()
+    study, cfg = optuna.create_study(storage=storage), config()
+    for n in range(5):
+        storage.writes.clear()
+        assert ask(study, cfg, SPACE) == n
+        assert storage.writes == ["create_new_trial"]  # a kill leaves the trial whole or absent
+        assert study.trials[n].state == TrialState.RUNNING and set(study.trials[n].params) == set(SPACE)
+        tell(study, n, Outcome("complete", value(study.trials[n].params)))
+
+
+def test_an_ask_suggests_what_the_slots_sampler_suggests_on_the_stored_study():
+    """Sampling on an in-memory copy changes nothing: the same parameters as the sampler asked directly on the
+    stored study, one parameter a write (how a study run before the one-write ask was asked)."""
+    from kcal.sweep.samplers import make_sampler
+    from kcal.sweep.search_space import sample
+
+    cfg, direct = config(), optuna.create_study()
+    for n in range(8):  # past the 3 random start-up trials
+        direct.sampler = make_sampler(cfg, seed=trial_seed(7, n))
+        trial = direct.ask()
+        tell(direct, trial.number, Outcome("complete", value(sample(trial, SPACE))))
+    asked_whole = optuna.create_study()
+    run(asked_whole, config(n_trials=8))
+    assert params(asked_whole) == params(direct)

@@ -15,8 +15,9 @@ process trains it or on how many do:
   the uninterrupted one would have.
 * **Resumed as it was.** A trial that was asked but not told (its worker or the asker was killed) keeps its
   number and its parameters and is trained again (:func:`asked`); nothing goes stale and no trial is
-  re-queued under another number. One whose ask itself was cut short (parameters missing) is failed, counts
-  for nothing and its slot is asked again (:func:`slot_of`).
+  re-queued under another number. An ask is stored in one write (:func:`ask`), so a kill never leaves a trial
+  half-asked; one left by an earlier version, which stored a parameter a write, is failed, counts for nothing
+  and its slot is asked again (:func:`slot_of`).
 
 ``sweep.mode=async`` is the mode for clusters: independently started workers (``kcal sweep`` on several
 machines, Hydra's submitit launcher) share one study, each asks for itself with ``sampler_seed + worker`` and
@@ -26,7 +27,6 @@ Its trials depend on timing; it is not used for published numbers.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -105,16 +105,27 @@ def slot_of(study: optuna.Study, space: dict[str, dict]) -> int:
 
 
 def ask(study: optuna.Study, cfg: DictConfig, space: dict[str, dict]) -> int:
-    """Ask the study for its next trial and store its parameters, suggested by that slot's own sampler
-    (:func:`trial_seed`); the trial's number."""
-    study.sampler = make_sampler(cfg, seed=trial_seed(int(cfg.sweep.sampler_seed), slot_of(study, space)))
-    with warnings.catch_warnings():  # "Heartbeat of storage is supposed to be used with Study.optimize": the
-        warnings.simplefilter(
-            "ignore", UserWarning
-        )  # asynchronous mode's heartbeats; an asked trial has none
-        trial = study.ask()
-    sample(trial, space)
-    return trial.number
+    """Ask the study for its next trial, suggested by that slot's own sampler (:func:`trial_seed`), and store it
+    with all its parameters in one write; the trial's number.
+
+    The sampler works on an in-memory copy of the study's trials (the same trials in the same order, so it
+    suggests what it would on the stored study), and the asked trial is added to the storage whole, as a
+    running trial (one transaction of Optuna's ``add_trial``): a kill leaves the trial stored with every
+    parameter or not at all, so no trial is failed half-asked and the numbers after it do not move."""
+    scratch = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(),
+        directions=study.directions,
+        sampler=make_sampler(cfg, seed=trial_seed(int(cfg.sweep.sampler_seed), slot_of(study, space))),
+    )
+    scratch.add_trials(study.get_trials(deepcopy=False))
+    sample(scratch.ask(), space)
+    drafted = scratch.get_trials(deepcopy=False)[-1]
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=drafted.params, distributions=drafted.distributions
+        )
+    )
+    return study.get_trials(deepcopy=False)[-1].number
 
 
 def next_batch(study: optuna.Study, cfg: DictConfig, space: dict[str, dict]) -> list[int]:
