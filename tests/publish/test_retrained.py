@@ -9,8 +9,19 @@ from kcal.publish.retrained import compare, main
 
 def rows(*values):
     return pd.DataFrame(
-        [{"dataset": "crime", "objective": "nll", "recalibrator": "none", "flavour": "exact", "metric": m,
-          "mean": mean, "se": se, "n": 50} for m, mean, se in values]  # fmt: skip
+        [
+            {
+                "dataset": "crime",
+                "objective": "nll",
+                "recalibrator": "none",
+                "flavour": "exact",
+                "metric": m,
+                "mean": mean,
+                "se": se,
+                "n": 50,
+            }
+            for m, mean, se in values
+        ]  # fmt: skip
     )
 
 

@@ -40,7 +40,8 @@ def compare(published: pd.DataFrame, retrained: pd.DataFrame, k: float = 1.0) ->
     out["se"] = merged["se"]
     out["difference"] = out["retrained"] - out["published"]
     out["in_se"] = (out["difference"].abs() / out["se"]).where(out["se"] > 0)
-    out["within"] = [within(d, se, p, k) for d, se, p in zip(out["difference"], out["se"], out["published"])]
+    columns = zip(out["difference"], out["se"], out["published"], strict=True)
+    out["within"] = [within(d, se, p, k) for d, se, p in columns]
     return out
 
 
@@ -71,8 +72,12 @@ def lines(table: pd.DataFrame, k: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kcal.publish.retrained", description=__doc__.split("\n")[0])
-    parser.add_argument("summaries", nargs="+", type=Path, help="the retrained rows' summary.csv (kcal seeds)")
+    parser = argparse.ArgumentParser(
+        prog="python -m kcal.publish.retrained", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "summaries", nargs="+", type=Path, help="the retrained rows' summary.csv (kcal seeds)"
+    )
     parser.add_argument("--published", type=Path, default=published_data("full") / RESULTS_FILE,
                         help="the published results.csv (default: the packaged full reproduction's)")  # fmt: skip
     parser.add_argument("--k", type=float, default=1.0, help="how many published seed SE a metric may move")
