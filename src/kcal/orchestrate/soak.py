@@ -7,11 +7,11 @@ survived.
 runs ``kcal reproduce`` for one (dataset, objective) on ``--workers`` pool processes (the profile's trials, then
 its seeds) and, while it runs:
 
-* every ``--kill-every LO HI`` seconds (uniform, from ``--seed``; at most ``--max-kills`` times) SIGKILLs one
-  of the pool's worker processes at random (:func:`kcal.orchestrate.workers.run_workers` puts a new worker in
-  its place and the others go on: a dead trial is trained again under its own number, a dead chunk's
-  unfinished seeds are queued again; a worker killed while no task of the pool runs makes pebble stop the
-  pool, and a new pool takes its place);
+* every ``--kill-every LO HI`` seconds (uniform, from ``--seed``; at most ``--max-kills`` times; a kill due
+  while the run has no worker yet waits for its first) SIGKILLs one of the pool's worker processes at random
+  (:func:`kcal.orchestrate.workers.run_workers` puts a new worker in its place and the others go on: a dead
+  trial is trained again under its own number, a dead chunk's unfinished seeds are queued again; a worker
+  killed while no task of the pool runs makes pebble stop the pool, and a new pool takes its place);
 * ``--moves`` times, the root is moved as ``state/README.md`` tells a user to move one between machines: ``kcal
   state export`` while it runs, SIGKILL of the whole run (its process group), ``kcal state import`` into a new
   root, and the same command resumed there. Move ``i`` of ``m`` happens once ``i / m`` of the profile's
@@ -45,6 +45,7 @@ from optuna.trial import TrialState
 
 from kcal.core import layout
 from kcal.data import get_spec
+from kcal.orchestrate.worker_server import process_table, server_pids
 from kcal.sweep.studies import counted
 
 
@@ -67,19 +68,10 @@ def kcal_command(args: list[str]) -> list[str]:
 def pool_workers(parent: int) -> list[int]:
     """The pool worker processes of ``parent``: the children of its multiprocessing fork server (or its spawned
     multiprocessing children), not its resource tracker nor the server itself."""
-    procs: dict[int, tuple[int, str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        procs[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline)
+    procs = process_table()
     children = [pid for pid, (ppid, cmd) in procs.items()
                 if ppid == parent and "multiprocessing" in cmd and "resource_tracker" not in cmd]  # fmt: skip
-    servers = {pid for pid in children if "forkserver" in procs[pid][1]}
+    servers = server_pids(parent, procs)
     forked = [pid for pid, (ppid, _) in procs.items() if ppid in servers]
     return sorted([pid for pid in children if pid not in servers] + forked)
 
@@ -136,7 +128,7 @@ def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
         root = out.roots[-1]
         if time.monotonic() >= next_kill and out.kills < args.max_kills:
             workers = pool_workers(proc.pid)
-            if workers:
+            if workers:  # none yet (a run still starting): the kill is due, look again in half a second
                 victim = rng.choice(workers)
                 try:
                     os.kill(victim, signal.SIGKILL)
@@ -144,7 +136,7 @@ def soak(args: argparse.Namespace, overrides: list[str]) -> Soak:
                     print(f"soak: SIGKILL worker {victim} ({out.kills})", file=log, flush=True)
                 except ProcessLookupError:
                     pass
-            next_kill = time.monotonic() + rng.uniform(*args.kill_every)
+                next_kill = time.monotonic() + rng.uniform(*args.kill_every)
         if out.moves < args.moves and time.monotonic() >= next_look:
             next_look = time.monotonic() + 1.0
             done = trials_done(root, dataset, objective)

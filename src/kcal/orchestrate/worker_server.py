@@ -63,19 +63,27 @@ def start_worker_server(stop_at_exit: bool = False) -> None:
         atexit.register(stop_worker_server)
 
 
-def server_pids(parent: int) -> set[int]:
-    """The multiprocessing fork servers among ``parent``'s children (read from ``/proc``; none where there is
-    no ``/proc``)."""
-    pids = set()
+def process_table() -> dict[int, tuple[int, str]]:
+    """Every process this one can see: ``pid -> (parent pid, command line)``, read from ``/proc`` (empty where
+    there is none); a process that ends while it is read is left out."""
+    procs = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == parent and b"multiprocessing.forkserver" in cmdline:
-            pids.add(int(entry.name))
-    return pids
+        procs[int(entry.name)] = (ppid, cmdline)
+    return procs
+
+
+def server_pids(parent: int, procs: dict[int, tuple[int, str]] | None = None) -> set[int]:
+    """The multiprocessing fork servers among ``parent``'s children (in ``procs``, by default
+    :func:`process_table`)."""
+    procs = process_table() if procs is None else procs
+    return {
+        pid for pid, (ppid, cmd) in procs.items() if ppid == parent and "multiprocessing.forkserver" in cmd
+    }
 
 
 def stop_worker_server() -> None:
