@@ -264,7 +264,9 @@ def test_workers_popping_queued_trials_from_sqlite_never_get_the_same_one(tmp_pa
     n = 40
     for i in range(n):
         study.enqueue_trial({"x": i})
-    ctx = mp.get_context("spawn")
+    # forked from this process, which has imported optuna already (spawned, each of the 6 took seconds of CPU to
+    # import it and this module again); each opens its own connection to the study (open_storage)
+    ctx = mp.get_context("fork")
     out, start = ctx.Queue(), ctx.Barrier(6)
     procs = [ctx.Process(target=_pop_queued, args=(str(tmp_path), start, out)) for _ in range(6)]
     for p in procs:

@@ -246,7 +246,8 @@ def by_key(frame: pd.DataFrame, keys: Sequence[str], values: Sequence[str]) -> d
     """``{(row's keys): (row's values)}`` of ``frame``'s rows, for looking cells up one by one (``.loc`` per cell
     costs pandas' indexing each time)."""
     k = len(keys)
-    return {r[:k]: r[k:] for r in zip(*(frame[c] for c in (*keys, *values)), strict=True)}
+    columns = (frame[c].tolist() for c in (*keys, *values))  # lists: iterating a pandas column boxes each value
+    return {r[:k]: r[k:] for r in zip(*columns, strict=True)}
 
 
 def is_missing(x) -> bool:

@@ -158,9 +158,12 @@ def runs_needed(sd: float, margin: float, tests: int = 1, power: float = V.POWER
     if math.isnan(sd) or math.isnan(margin) or margin <= 0:
         return None
     a = ALPHA / max(tests, 1)
+    smallest_exact = 1  # C(2n, n) grows with n: the first n whose exact test can reach a (big binomials are slow)
+    while 2 / math.comb(2 * smallest_exact, smallest_exact) > a:
+        smallest_exact += 1
 
     def decides(n: int) -> bool:
-        if 2 / math.comb(2 * n, n) > a:
+        if n < smallest_exact:
             return False
         se, df = sd * math.sqrt(2 / n), 2 * n - 2
         eq = (V.quantile(1 - a, df) + V.quantile(1 - (1 - power) / 2, df)) * se
