@@ -158,7 +158,9 @@ def runs_needed(sd: float, margin: float, tests: int = 1, power: float = V.POWER
     if math.isnan(sd) or math.isnan(margin) or margin <= 0:
         return None
     a = ALPHA / max(tests, 1)
-    smallest_exact = 1  # C(2n, n) grows with n: the first n whose exact test can reach a (big binomials are slow)
+    smallest_exact = (
+        1  # C(2n, n) grows with n: the first n whose exact test can reach a (big binomials are slow)
+    )
     while 2 / math.comb(2 * smallest_exact, smallest_exact) > a:
         smallest_exact += 1
 
