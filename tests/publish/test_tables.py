@@ -881,3 +881,21 @@ def test_the_tables_compile_and_fit_a_standard_article_page(written, tmp_path):
     )
     found = overfull([tmp_path / "wide.tex", tmp_path / "fitted.tex", tmp_path / "narrow.tex"], tmp_path)
     assert list(found) == ["wide.tex"] and "Overfull" in found["wide.tex"]
+
+
+def test_a_remembered_cell_frame_is_a_copy_and_new_content_is_computed_anew():
+    from kcal.core.layout import published_data
+    from kcal.publish.table_cells import TABLES, cell_frame, comparison_frame, compute_cell_frame, load_results
+
+    results = load_results(published_data("full") / "results.csv")
+    table = next(iter(TABLES.values()))
+    first = cell_frame(results, "exact", table)
+    pd.testing.assert_frame_equal(first, compute_cell_frame(results, "exact", table))
+    first["ours_mean"] = -1.0  # a caller's change stays in its copy
+    assert (cell_frame(results, "exact", table)["ours_mean"] != -1.0).any()
+    moved = results.copy()
+    moved["mean"] = moved["mean"] + 1.0
+    pd.testing.assert_frame_equal(cell_frame(moved, "exact", table), compute_cell_frame(moved, "exact", table))
+    assert not cell_frame(moved, "exact", table).equals(cell_frame(results, "exact", table))
+    whole = comparison_frame(results, "official")
+    assert len(whole) == sum(len(compute_cell_frame(results, "official", t)) for t in TABLES.values())

@@ -297,7 +297,16 @@ def compare_cell(
 
 
 def cell_frame(results: pd.DataFrame, flavour: str, table: Table) -> pd.DataFrame:
-    """One row per (dataset, row, metric) of ``table``: ours (display units) next to the paper."""
+    """One row per (dataset, row, metric) of ``table``: ours (display units) next to the paper.
+
+    A report asks for the same run's cells many times (each question over every run): the frame is computed
+    once per content of ``results`` (:func:`content_key`), flavour and table, and each caller gets a copy."""
+    return remembered(("cells", content_key(results), flavour, table.name),
+                      lambda: compute_cell_frame(results, flavour, table))  # fmt: skip
+
+
+def compute_cell_frame(results: pd.DataFrame, flavour: str, table: Table) -> pd.DataFrame:
+    """:func:`cell_frame` computed."""
     res = results[results["flavour"] == flavour]
     ours = by_key(res, ("dataset", "objective", "recalibrator", "metric"), ("mean", "se", "n"))
     pap = _paper_cells(table.name)
@@ -327,8 +336,35 @@ def _paper_cells(table: str) -> dict[tuple[str, str, str], tuple[float, float]]:
 
 
 def comparison_frame(results: pd.DataFrame, flavour: str) -> pd.DataFrame:
-    results = normalise_results(results)
-    return pd.concat([cell_frame(results, flavour, t) for t in TABLES.values()], ignore_index=True)
+    """Every table's :func:`cell_frame` of ``results`` (any results.csv frame, normalised here), one after the
+    other; computed once per content of ``results`` and flavour, like :func:`cell_frame`."""
+
+    def compute() -> pd.DataFrame:
+        normal = normalise_results(results)
+        return pd.concat([compute_cell_frame(normal, flavour, t) for t in TABLES.values()], ignore_index=True)
+
+    return remembered(("comparison", content_key(results), flavour), compute)
+
+
+REMEMBERED: dict[tuple, pd.DataFrame] = {}
+"""The frames :func:`remembered` keeps, at most :data:`REMEMBER_AT_MOST` (the oldest go first)."""
+REMEMBER_AT_MOST = 256
+
+
+def content_key(frame: pd.DataFrame) -> tuple:
+    """What ``frame`` holds, as a key: its columns, dtypes and a 64-bit hash of each row (pandas'
+    ``hash_pandas_object``; the index is left out)."""
+    rows = pd.util.hash_pandas_object(frame, index=False).tolist()
+    return tuple(frame.columns), tuple(map(str, frame.dtypes)), tuple(rows)
+
+
+def remembered(key: tuple, compute) -> pd.DataFrame:
+    """A copy of the frame ``compute()`` gave for ``key`` (computed now if it is not kept)."""
+    if key not in REMEMBERED:
+        if len(REMEMBERED) >= REMEMBER_AT_MOST:
+            del REMEMBERED[next(iter(REMEMBERED))]
+        REMEMBERED[key] = compute()
+    return REMEMBERED[key].copy()
 
 
 # --------------------------------------------------------------------------------------------------
