@@ -885,7 +885,13 @@ def test_the_tables_compile_and_fit_a_standard_article_page(written, tmp_path):
 
 def test_a_remembered_cell_frame_is_a_copy_and_new_content_is_computed_anew():
     from kcal.core.layout import published_data
-    from kcal.publish.table_cells import TABLES, cell_frame, comparison_frame, compute_cell_frame, load_results
+    from kcal.publish.table_cells import (
+        TABLES,
+        cell_frame,
+        comparison_frame,
+        compute_cell_frame,
+        load_results,
+    )
 
     results = load_results(published_data("full") / "results.csv")
     table = next(iter(TABLES.values()))
@@ -895,7 +901,9 @@ def test_a_remembered_cell_frame_is_a_copy_and_new_content_is_computed_anew():
     assert (cell_frame(results, "exact", table)["ours_mean"] != -1.0).any()
     moved = results.copy()
     moved["mean"] = moved["mean"] + 1.0
-    pd.testing.assert_frame_equal(cell_frame(moved, "exact", table), compute_cell_frame(moved, "exact", table))
+    pd.testing.assert_frame_equal(
+        cell_frame(moved, "exact", table), compute_cell_frame(moved, "exact", table)
+    )
     assert not cell_frame(moved, "exact", table).equals(cell_frame(results, "exact", table))
     whole = comparison_frame(results, "official")
     assert len(whole) == sum(len(compute_cell_frame(results, "official", t)) for t in TABLES.values())
