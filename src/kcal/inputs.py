@@ -45,6 +45,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from kcal.task_names import TASKS
+
 __all__ = [
     "PROB_CLIP_ATOL",
     "PROB_SUM_ATOL",
@@ -65,8 +67,6 @@ __all__ = [
     "same_length",
 ]
 
-TASKS = ("regression", "classification")
-"""The two prediction tasks: Gaussian forecasts of a real target, and class probabilities."""
 
 PROB_SUM_ATOL = 1e-3
 """Rows of ``probs`` must sum to 1 within this absolute tolerance."""

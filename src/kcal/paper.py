@@ -1,6 +1,6 @@
 """The paper's experimental grid and result format, each fact stated once and imported where needed.
 
-* :data:`TASKS`: the two tasks (defined in :mod:`kcal.inputs`, the library's floor);
+* :data:`TASKS`: the two tasks (defined in :mod:`kcal.task_names`, which the library's checks read too);
 * :data:`PAPER_DATASETS`: the paper's datasets per task, in the paper's table order (defined with the
   dataset registry, :mod:`kcal.data.registry`, which marks them ``in_paper``);
 * :data:`PAPER_OBJECTIVES`: the objectives the paper compares per task (configs in
@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from kcal.data.registry import PAPER_CLASSIFICATION, PAPER_REGRESSION
-from kcal.inputs import TASKS
+from kcal.task_names import TASKS
 
 PAPER_DATASETS: dict[str, tuple[str, ...]] = {
     "regression": PAPER_REGRESSION,

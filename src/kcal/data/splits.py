@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the sizes are arithmetic: what needs only them (configs, sweeps' checks) loads no torch
+    import torch
 
 TRAIN_FRACTION = 0.7
 VAL_FRACTION = 0.1
@@ -20,6 +23,8 @@ def split_indices(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.
     Identical to ``random_split(range(n), split_sizes(n), generator=Generator().manual_seed(seed))``:
     one ``randperm`` from a fresh generator, sliced in order.
     """
+    import torch
+
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_train, n_val, _ = split_sizes(n)
     return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
