@@ -223,6 +223,12 @@ def equality_problems(args: argparse.Namespace, overrides: list[str], root: Path
                               stderr=log, check=False)  # fmt: skip
     if done.returncode != 0:
         return [f"the uninterrupted run exited {done.returncode}; see {args.dir / 'soak.log'}"]
+    return differences(root, fresh, dataset, objective)
+
+
+def differences(root: Path, fresh: Path, dataset: str, objective: str) -> list[str]:
+    """How ``root`` differs from ``fresh`` (the uninterrupted run's root): ``results.csv`` byte for byte, then the
+    trials of their ``dataset``/``objective`` study (empty: not at all)."""
     problems = []
     if layout.results_file(root).read_bytes() != layout.results_file(fresh).read_bytes():
         problems.append("results.csv differs from the uninterrupted run's")
