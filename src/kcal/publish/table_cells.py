@@ -246,9 +246,8 @@ def by_key(frame: pd.DataFrame, keys: Sequence[str], values: Sequence[str]) -> d
     """``{(row's keys): (row's values)}`` of ``frame``'s rows, for looking cells up one by one (``.loc`` per cell
     costs pandas' indexing each time)."""
     k = len(keys)
-    columns = (
-        frame[c].tolist() for c in (*keys, *values)
-    )  # lists: iterating a pandas column boxes each value
+    # lists: iterating a pandas column boxes each value
+    columns = (frame[c].tolist() for c in (*keys, *values))
     return {r[:k]: r[k:] for r in zip(*columns, strict=True)}
 
 
