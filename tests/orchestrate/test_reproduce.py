@@ -41,6 +41,29 @@ def study_counts(root: Path, name: str) -> tuple[int, int, dict]:
     return finished, running, statuses
 
 
+def wait_for_running_trial(db: Path, proc: subprocess.Popen, done: int, timeout_s: float) -> None:
+    """Return once ``done`` trials have finished and the next one runs; fail if ``proc`` exits first (the window
+    was missed) or after ``timeout_s``. Plain SQL on the study's file, as fast as it allows."""
+    import sqlite3
+
+    query = "SELECT TOTAL(state IN ('COMPLETE', 'PRUNED', 'FAIL')), TOTAL(state = 'RUNNING') FROM trials"
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert proc.poll() is None, (
+            f"the sweep ended (exit {proc.returncode}) before a trial after the {done}th ran"
+        )
+        if db.exists():
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+                    finished, running = con.execute(query).fetchone()
+            except sqlite3.OperationalError:  # the schema is not there yet, or the file is locked
+                finished = running = 0
+            if finished >= done and running:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"no running trial after {done} finished within {timeout_s} s")
+
+
 def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kcal.sweep.search", "dataset=crime", "objective=nll", *SMOKE, f"root={root}",
             f"sweep.n_trials={n_trials}", f"hydra.run.dir={root}/logs", *extra]  # fmt: skip
@@ -48,23 +71,12 @@ def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
 
 def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # 5 trials of 40 epochs each (about a second each), so the kill lands mid-sweep even on an idle machine
-    cmd = sweep_cmd(tmp_path, 5, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
+    # 5 trials of 100 epochs each (under a second each here), killed mid-trial once 2 are done: the window is
+    # three whole trials, and the poll (plain SQL) takes milliseconds. The sweep is deterministic (one process
+    # asks and tells), so the resumed sweep trains the killed trial again
+    cmd = sweep_cmd(tmp_path, 5, "trainer.max_epochs=100", "trainer.min_epochs=100")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    # Kill mid-trial: once 2 trials are done and a running trial has been seen at two polls in a row
-    # (a kill before a trial's first heartbeat, which Optuna's stale check skips, is tests/test_studies.py's)
-    seen_running = 0
-    while time.time() < deadline:
-        time.sleep(0.2)
-        if (tmp_path / "sweeps.db").exists():
-            try:
-                finished, running, _ = study_counts(tmp_path, "crime__nll__paper")
-            except Exception:  # study not created yet
-                continue
-            seen_running = seen_running + 1 if finished >= 2 and running else 0
-            if seen_running >= 2:
-                break
+    wait_for_running_trial(tmp_path / "sweeps.db", proc, done=2, timeout_s=240)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at, _, _ = study_counts(tmp_path, "crime__nll__paper")
