@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -41,27 +42,40 @@ def study_counts(root: Path, name: str) -> tuple[int, int, dict]:
     return finished, running, statuses
 
 
-def wait_for_running_trial(db: Path, proc: subprocess.Popen, done: int, timeout_s: float) -> None:
-    """Return once ``done`` trials have finished and the next one runs; fail if ``proc`` exits first (the window
-    was missed) or after ``timeout_s``. Plain SQL on the study's file, as fast as it allows."""
+def trial_rows(db: Path) -> list[tuple[int, str, dict]]:
+    """(number, state, user attributes) of every trial in the study file ``db``, read by plain SQL in
+    milliseconds (a poll through ``optuna.load_study`` takes long enough to miss a short trial on a loaded
+    machine); none while the file or its schema is not there yet or it is locked."""
     import sqlite3
 
-    query = "SELECT TOTAL(state IN ('COMPLETE', 'PRUNED', 'FAIL')), TOTAL(state = 'RUNNING') FROM trials"
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            trials = con.execute("SELECT trial_id, number, state FROM trials").fetchall()
+            attrs = con.execute("SELECT trial_id, key, value_json FROM trial_user_attributes").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    by_id: dict[int, dict] = {}
+    for trial_id, key, value in attrs:
+        by_id.setdefault(trial_id, {})[key] = json.loads(value)
+    return [(number, state, by_id.get(trial_id, {})) for trial_id, number, state in trials]
+
+
+def wait_for_trial(db: Path, proc: subprocess.Popen, timeout_s: float, running: Callable, what: str) -> int:
+    """The number of the first running trial for which ``running(attrs, finished)`` holds (``finished``: the
+    trials done so far), polled every 20 ms; fail if ``proc`` exits first (the window was missed) or after
+    ``timeout_s``."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        assert proc.poll() is None, (
-            f"the sweep ended (exit {proc.returncode}) before a trial after the {done}th ran"
-        )
-        if db.exists():
-            try:
-                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-                    finished, running = con.execute(query).fetchone()
-            except sqlite3.OperationalError:  # the schema is not there yet, or the file is locked
-                finished = running = 0
-            if finished >= done and running:
-                return
+        assert proc.poll() is None, f"the sweep ended (exit {proc.returncode}) before {what}"
+        rows = trial_rows(db)
+        finished = sum(state in ("COMPLETE", "PRUNED", "FAIL") for _, state, _ in rows)
+        for number, state, attrs in rows:
+            if state == "RUNNING" and running(attrs, finished):
+                return number
         time.sleep(0.02)
-    raise AssertionError(f"no running trial after {done} finished within {timeout_s} s")
+    raise AssertionError(f"not seen within {timeout_s} s: {what}")
 
 
 def sweep_cmd(root: Path, n_trials: int, *extra: str) -> list[str]:
@@ -76,7 +90,9 @@ def test_sweep_killed_with_sigkill_resumes_to_exactly_n_trials(tmp_path):
     # asks and tells), so the resumed sweep trains the killed trial again
     cmd = sweep_cmd(tmp_path, 5, "trainer.max_epochs=100", "trainer.min_epochs=100")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_running_trial(tmp_path / "sweeps.db", proc, done=2, timeout_s=240)
+    wait_for_trial(
+        tmp_path / "sweeps.db", proc, 240, lambda _, finished: finished >= 2, "a trial after the 2nd ran"
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at, _, _ = study_counts(tmp_path, "crime__nll__paper")
@@ -108,27 +124,16 @@ def test_two_workers_on_one_new_storage_finish_exactly_n_trials(tmp_path):
 
 def test_sigkill_of_one_of_two_workers_mid_trial_retries_its_trial(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # trials of 40 epochs (about a second each), so the poll below sees worker 0 in the middle of one
-    cmd = sweep_cmd(tmp_path, 4, "trainer.max_epochs=40", "trainer.min_epochs=40", *FAST_HEARTBEAT)
+    # trials of 100 epochs (under a second each here), so the poll below sees worker 0 in the middle of one
+    cmd = sweep_cmd(tmp_path, 4, "trainer.max_epochs=100", "trainer.min_epochs=100", *FAST_HEARTBEAT)
     workers = [subprocess.Popen([*cmd, f"sweep.worker={w}", "sweep.mode=async"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for w in (0, 1)]  # fmt: skip
     victim = workers[0]
-    deadline, killed_trial = time.time() + 300, None
-    while time.time() < deadline and killed_trial is None:  # kill worker 0 while it trains a trial
-        time.sleep(0.2)
-        try:
-            study = optuna.load_study(
-                study_name="crime__nll__paper", storage=f"sqlite:///{tmp_path / 'sweeps.db'}"
-            )
-            trials = study.get_trials(deepcopy=False)
-        except Exception:  # storage or study not created yet
-            continue
-        for t in trials:
-            if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("pid") == victim.pid:
-                if "run_dir" in t.user_attrs:  # parameters sampled: it is training
-                    victim.send_signal(signal.SIGKILL)
-                    killed_trial = t.number
-    assert killed_trial is not None, "worker 0 never ran a trial"
+    # kill worker 0 while it trains a trial: its parameters sampled (its run directory recorded)
+    killed_trial = wait_for_trial(tmp_path / "sweeps.db", victim, 300,
+                                  lambda attrs, _: attrs.get("pid") == victim.pid and "run_dir" in attrs,
+                                  "worker 0 ran a trial")  # fmt: skip
+    victim.send_signal(signal.SIGKILL)
     victim.wait()
     _, err = workers[1].communicate(timeout=400)
     assert workers[1].returncode == 0, err[-2000:]
