@@ -37,14 +37,6 @@ def case(seed: int, n: int, m: int, scale: float, separable: bool, dtype: torch.
     return z.to(dtype), y
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("probs", [False, True])
 @pytest.mark.parametrize("seed", range(4))

@@ -6,15 +6,6 @@ import torch
 from kcal.recalibration import IdentityClassRecalibrator, TemperatureScaler, make_class_recalibrator
 
 
-@pytest.fixture
-def one_thread():
-    """The authors' loop takes ~600 tiny steps here; on a busy machine a second thread only adds contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _synthetic(t_true, n=5000, m=10, seed=0, scale=3.0):
     g = torch.Generator().manual_seed(seed)
     z = scale * torch.randn(n, m, generator=g)
