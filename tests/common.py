@@ -76,6 +76,29 @@ def compose_cfg(config_name: str, *overrides: str):
         return compose(config_name, overrides=list(overrides))
 
 
+def trial_rows(db: Path) -> list[tuple[str, int, str, dict]]:
+    """(study name, number, state, user attributes) of every trial in the study file ``db``, read by plain SQL
+    in milliseconds (a poll through ``optuna.load_study`` takes long enough to miss a short trial on a loaded
+    machine, and the CPU it takes is the watched run's); none while the file or its schema is not there yet or
+    it is locked."""
+    import sqlite3
+
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            trials = con.execute(
+                "SELECT t.trial_id, s.study_name, t.number, t.state FROM trials t JOIN studies s USING (study_id)"
+            ).fetchall()
+            attrs = con.execute("SELECT trial_id, key, value_json FROM trial_user_attributes").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    by_id: dict[int, dict] = {}
+    for trial_id, key, value in attrs:
+        by_id.setdefault(trial_id, {})[key] = json.loads(value)
+    return [(study, number, state, by_id.get(trial_id, {})) for trial_id, study, number, state in trials]
+
+
 def copy_root(root: Path, dest: Path) -> Path:
     """A copy of a reproduction root (its study storage, sweeps and seeds) at ``dest``."""
     shutil.copytree(root, dest)

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 
 from kcal.configs import CONFIG_DIR
 
-from ..common import SMOKE, SMOKE_REPRODUCTION, assert_numbers_close, copy_root
+from ..common import SMOKE, SMOKE_REPRODUCTION, assert_numbers_close, copy_root, trial_rows
 from ..data.conftest import needs
 
 pytestmark = needs("crime", "breast-cancer")
@@ -42,26 +42,6 @@ def study_counts(root: Path, name: str) -> tuple[int, int, dict]:
     return finished, running, statuses
 
 
-def trial_rows(db: Path) -> list[tuple[int, str, dict]]:
-    """(number, state, user attributes) of every trial in the study file ``db``, read by plain SQL in
-    milliseconds (a poll through ``optuna.load_study`` takes long enough to miss a short trial on a loaded
-    machine); none while the file or its schema is not there yet or it is locked."""
-    import sqlite3
-
-    if not db.exists():
-        return []
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
-            trials = con.execute("SELECT trial_id, number, state FROM trials").fetchall()
-            attrs = con.execute("SELECT trial_id, key, value_json FROM trial_user_attributes").fetchall()
-    except sqlite3.OperationalError:
-        return []
-    by_id: dict[int, dict] = {}
-    for trial_id, key, value in attrs:
-        by_id.setdefault(trial_id, {})[key] = json.loads(value)
-    return [(number, state, by_id.get(trial_id, {})) for trial_id, number, state in trials]
-
-
 def wait_for_trial(db: Path, proc: subprocess.Popen, timeout_s: float, running: Callable, what: str) -> int:
     """The number of the first running trial for which ``running(attrs, finished)`` holds (``finished``: the
     trials done so far), polled every 20 ms; fail if ``proc`` exits first (the window was missed) or after
@@ -70,8 +50,8 @@ def wait_for_trial(db: Path, proc: subprocess.Popen, timeout_s: float, running: 
     while time.time() < deadline:
         assert proc.poll() is None, f"the sweep ended (exit {proc.returncode}) before {what}"
         rows = trial_rows(db)
-        finished = sum(state in ("COMPLETE", "PRUNED", "FAIL") for _, state, _ in rows)
-        for number, state, attrs in rows:
+        finished = sum(state in ("COMPLETE", "PRUNED", "FAIL") for _, _, state, _ in rows)
+        for _, number, state, attrs in rows:
             if state == "RUNNING" and running(attrs, finished):
                 return number
         time.sleep(0.02)

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from ..common import trial_rows
 from ..data.conftest import needs
 
 # The middle process plays the reproduction: it starts one worker watched by exit_with_parent (spawned, or forked
@@ -143,6 +144,7 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
     and the run ends with every trial and seed once."""
     import optuna
 
+    from kcal.core import layout
     from kcal.orchestrate.soak import count_problems, pool_workers, study_of
 
     root, err = tmp_path / "root", tmp_path / "stderr.log"
@@ -154,13 +156,11 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
         def training() -> dict[int, tuple[str, int]] | None:
             """(objective, trial number) in training, by worker pid, once all three workers train one."""
             running = {}
-            try:
-                for objective in OBJECTIVES:
-                    for t in study_of(root, "heart-disease", objective).get_trials(deepcopy=False):
-                        if t.state == optuna.trial.TrialState.RUNNING and "pid" in t.user_attrs:
-                            running[t.user_attrs["pid"]] = (objective, t.number)
-            except Exception:  # noqa: BLE001 - storage or study not created yet, or busy
-                return None
+            for study, number, state, attrs in trial_rows(
+                layout.storage_file(root)
+            ):  # plain SQL: a light poll
+                if state == "RUNNING" and "pid" in attrs:
+                    running[attrs["pid"]] = (layout.parse_study_name(study)[1], number)
             workers = pool_workers(proc.pid)
             return running if len(workers) == 3 and set(workers) <= set(running) else None
 
