@@ -156,9 +156,8 @@ def test_a_dead_worker_costs_only_its_task(tmp_path):
         def training() -> dict[int, tuple[str, int]] | None:
             """(objective, trial number) in training, by worker pid, once all three workers train one."""
             running = {}
-            for study, number, state, attrs in trial_rows(
-                layout.storage_file(root)
-            ):  # plain SQL: a light poll
+            # plain SQL: a light poll
+            for study, number, state, attrs in trial_rows(layout.storage_file(root)):
                 if state == "RUNNING" and "pid" in attrs:
                     running[attrs["pid"]] = (layout.parse_study_name(study)[1], number)
             workers = pool_workers(proc.pid)

@@ -28,7 +28,8 @@ def plain_loop(z: torch.Tensor, y: torch.Tensor, max_iterations: int) -> tuple[f
 
 def case(seed: int, n: int, m: int, scale: float, separable: bool, dtype: torch.dtype, probs: bool):
     """Logits of scale ``scale`` (as ``log(p + 1e-10)`` of softmax outputs when ``probs``, what the official
-    flavour fits on) with labels drawn at random, or their argmax (a separable set: no plateau comes)."""
+    flavour fits on) with labels drawn at random (confident logits that are often wrong: the loss falls as T
+    grows, for long), or their argmax (a separable set: T falls until the plateau's halvings stop it)."""
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(n, m, generator=g) * scale
     if probs:

@@ -7,8 +7,8 @@ set, takes one ``torch.optim.Adam(lr=1e-3)`` step on ``T`` (betas 0.9 / 0.999, e
 steps ``ReduceLROnPlateau(mode="min", patience=3, factor=0.5, threshold=1e-6)`` with the loss before the step; it
 stops after the iteration where the learning rate falls below 1e-6 (ten halvings), or after 100,000 iterations.
 
-On a (nearly) separable validation set the loss keeps falling, no plateau comes, and the loop runs all 100,000
-iterations. Through ``loss.backward()``, ``Adam.step()`` and the scheduler an iteration costs 70 to 350 us on a
+Where the loss keeps falling as ``T`` moves (confident logits that are often wrong: a model that learnt little)
+no plateau comes for tens of thousands of iterations, up to the cap. Through ``loss.backward()``, ``Adam.step()`` and the scheduler an iteration costs 70 to 350 us on a
 CPU (a few seconds a fit, and a trial fits more than once); :func:`adam_plateau_temperature` runs the same
 kernels with the same scalars in the same order, so its ``T`` and iteration count are those of the loop bit for
 bit (``tests/recalibration/test_adam_plateau.py`` checks that against the loop itself, float32 and float64, to
