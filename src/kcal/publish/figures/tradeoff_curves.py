@@ -26,6 +26,7 @@ from kcal.publish.questions.tradeoff import (
     NONE,
     POSTHOC,
     cell,
+    cells,
     task_of,
     weight_text,
 )
@@ -36,9 +37,10 @@ def path_points(path: pd.DataFrame, metric: str, cost: str, recalibrator: str) -
     recalibration is the recalibrated model's where the table has it, else the model's own."""
     rows = []
     scale = 100.0 if cost == "acc" else 1.0
+    at = cells(path)
     for weight in sorted(set(path["weight"])):
-        y = cell(path, weight, metric, recalibrator)
-        x = cell(path, weight, cost, recalibrator) or cell(path, weight, cost, NONE)
+        y = cell(at, weight, metric, recalibrator)
+        x = cell(at, weight, cost, recalibrator) or cell(at, weight, cost, NONE)
         if x is not None and y is not None:
             rows.append(
                 {"weight": weight, "x": scale * x.mean, "xerr": scale * x.se, "y": y.mean, "yerr": y.se}

@@ -116,13 +116,22 @@ class Cell:
         return self.mean - other.mean, V.seed_half_width(self.se, other.se)
 
 
-def cell(path: pd.DataFrame, weight: float, metric: str, recalibrator: str = NONE) -> Cell | None:
-    """The (mean, SE) of one point's metric in the exact flavour (None where the path lacks it)."""
-    hit = path[(path["weight"] == weight) & (path["metric"] == metric) & (path["recalibrator"] == recalibrator)
-               & (path["flavour"] == FLAVOUR)]  # fmt: skip
-    if hit.empty:
-        return None
-    return Cell(float(hit["mean"].iloc[0]), float(hit["se"].iloc[0]))
+def cells(path: pd.DataFrame) -> dict[tuple[float, str, str], Cell]:
+    """Every (mean, SE) of a path in the exact flavour by ``(weight, metric, recalibrator)``, the first row of
+    each: built once per path, so that a rule looks a point up instead of filtering the frame again."""
+    exact = path[path["flavour"] == FLAVOUR]
+    out: dict[tuple[float, str, str], Cell] = {}
+    for weight, metric, recal, mean, se in zip(exact["weight"], exact["metric"], exact["recalibrator"],
+                                               exact["mean"], exact["se"], strict=True):  # fmt: skip
+        out.setdefault((float(weight), str(metric), str(recal)), Cell(float(mean), float(se)))
+    return out
+
+
+def cell(
+    points: dict[tuple[float, str, str], Cell], weight: float, metric: str, recalibrator: str = NONE
+) -> Cell | None:
+    """The (mean, SE) of one point's metric in the exact flavour, from :func:`cells` (None where the path lacks it)."""
+    return points.get((float(weight), metric, recalibrator))
 
 
 def sign(metric: str) -> float:
@@ -193,14 +202,15 @@ def naive_false_gain(points: int) -> float:
 def best_point(path: pd.DataFrame, metric: str, cost_metric: str) -> Best | None:
     """The rule of the module docstring on one path (one dataset and objective) and calibration metric; None
     where the path lacks λ = 0 or the metric."""
-    zero, cost_zero = cell(path, 0.0, metric), cell(path, 0.0, cost_metric)
-    posthoc = cell(path, 0.0, metric, POSTHOC)
+    at = cells(path)
+    zero, cost_zero = cell(at, 0.0, metric), cell(at, 0.0, cost_metric)
+    posthoc = cell(at, 0.0, metric, POSTHOC)
     if zero is None or cost_zero is None or posthoc is None:
         return None
     best_w, best = 0.0, zero
     points = sorted(set(path["weight"]) - {0.0})
     for weight in points:
-        cal, cost = cell(path, weight, metric), cell(path, weight, cost_metric)
+        cal, cost = cell(at, weight, metric), cell(at, weight, cost_metric)
         if (
             cal is not None
             and cost is not None
@@ -208,13 +218,13 @@ def best_point(path: pd.DataFrame, metric: str, cost_metric: str) -> Best | None
             and cal.mean < best.mean
         ):
             best_w, best = float(weight), cal
-    best_posthoc = cell(path, best_w, metric, POSTHOC) or best
+    best_posthoc = cell(at, best_w, metric, POSTHOC) or best
     shares = path.loc[path["weight"] == best_w, "reg_share"]
     return Best(
         dataset=str(path["dataset"].iloc[0]), objective=str(path["objective"].iloc[0]), metric=metric,
         weight=best_w, share=float(shares.iloc[0]) if len(shares) else math.nan, zero=zero, posthoc=posthoc,
         best=best, best_posthoc=best_posthoc, cost_metric=cost_metric, cost_zero=cost_zero,
-        cost=cell(path, best_w, cost_metric) or cost_zero,
+        cost=cell(at, best_w, cost_metric) or cost_zero,
         gain=V.outcome(best.mean - zero.mean, gain_threshold(len(points)) * math.hypot(V.se_or_zero(best.se),
                                                                                       V.se_or_zero(zero.se))),
         points=len(points),
@@ -273,9 +283,10 @@ def winners(bests: list[Best]) -> list[Winner]:
 
 def first_costly(path: pd.DataFrame, cost_metric: str) -> float | None:
     """The smallest λ whose cost is worse than λ = 0's beyond :data:`COST_SE` combined SE (None: none is)."""
-    cost_zero = cell(path, 0.0, cost_metric)
+    at = cells(path)
+    cost_zero = cell(at, 0.0, cost_metric)
     for weight in sorted(set(path["weight"]) - {0.0}):
-        cost = cell(path, weight, cost_metric)
+        cost = cell(at, weight, cost_metric)
         if cost_zero is not None and cost is not None and not at_no_cost(cost, cost_zero, cost_metric):
             return float(weight)
     return None
@@ -408,12 +419,13 @@ def full_table(paths: pd.DataFrame, dataset: str) -> str:
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|" + "---|" * (len(head) - 3)]
     for objective in sorted(set(part["objective"]), key=objective_sort_key):
         path = part[part["objective"] == objective]
+        at = cells(path)
         for weight in sorted(set(path["weight"])):
-            cells = [cell(path, weight, m, r) for m in cal for r in (NONE, POSTHOC)]
+            row = [cell(at, weight, m, r) for m in cal for r in (NONE, POSTHOC)]
             shares = path.loc[path["weight"] == weight, "reg_share"]
-            cost_cell = cell(path, weight, cost)
+            cost_cell = cell(at, weight, cost)
             lines.append(f"| {label(objective)} | {weight_text(weight)} | {share_text(float(shares.iloc[0]))} | "
-                         + " | ".join("—" if c is None else pm(c) for c in cells)
+                         + " | ".join("—" if c is None else pm(c) for c in row)
                          + f" | {'—' if cost_cell is None else pm(cost_cell, cost)} |")  # fmt: skip
     return "\n".join(lines)
 
@@ -521,7 +533,7 @@ def recipe(paths: pd.DataFrame, records: dict[tuple[str, str], dict]) -> str:
     lines = []
     for objective in sorted(set(paths["objective"]), key=objective_sort_key):
         part = paths[paths["objective"] == objective]
-        cells = []
+        said = []
         for dataset, path in part.groupby("dataset", sort=True):
             cost_metric = COST[task_of(str(dataset))]
             helped = [b for b in bests if b.dataset == dataset and b.objective == objective and b.gained]
@@ -530,11 +542,11 @@ def recipe(paths: pd.DataFrame, records: dict[tuple[str, str], dict]) -> str:
             costly, grid = first_costly(path, cost_metric), sorted(set(path["weight"]) - {0.0})
             text += (f"; {METRIC_LABELS[cost_metric]} costs from λ = {weight_text(costly)}" if costly is not None
                      else f"; no cost up to λ = {weight_text(grid[-1])}")  # fmt: skip
-            cells.append(f"{dataset}: {text}")
+            said.append(f"{dataset}: {text}")
         record = next((r for (_, o), r in sorted(records.items()) if o == objective), None)
         grid = sorted(set(part["weight"]) - {0.0})
         lines.append(f"- **{label(objective)}** (λ from {weight_text(grid[0])} to {weight_text(grid[-1])}; "
-                     f"{bandwidth_text(record, numbers=False)}): " + "; ".join(cells) + ".")  # fmt: skip
+                     f"{bandwidth_text(record, numbers=False)}): " + "; ".join(said) + ".")  # fmt: skip
     return "\n".join(lines)
 
 
