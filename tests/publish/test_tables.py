@@ -907,3 +907,17 @@ def test_a_remembered_cell_frame_is_a_copy_and_new_content_is_computed_anew():
     assert not cell_frame(moved, "exact", table).equals(cell_frame(results, "exact", table))
     whole = comparison_frame(results, "official")
     assert len(whole) == sum(len(compute_cell_frame(results, "official", t)) for t in TABLES.values())
+
+
+def test_claims_are_evaluated_once_per_content_and_a_changed_cell_is_evaluated_anew():
+    """A report evaluates the same results in several places: the second call is the first's evaluation (the
+    same objects), a copy of the frame too; one cell changed is another evaluation."""
+    results = _claims_results()
+    first = C.evaluate_all(results)
+    again = C.evaluate_all(results.copy())
+    assert [id(e) for e in again] == [id(e) for e in first] and again is not first
+    changed = results.copy()
+    changed.loc[0, "se"] = 0.5
+    assert C.results_digest(changed) != C.results_digest(results)
+    fresh = C.evaluate_all(changed)
+    assert fresh[0] is not first[0] and [e.claim.id for e in fresh] == [e.claim.id for e in first]

@@ -45,8 +45,8 @@ def test_the_temperature_and_its_iterations_are_the_plain_loop_s_bit_for_bit(see
     g = torch.Generator().manual_seed(100 + seed)
     n, m = int(torch.randint(10, 300, (1,), generator=g)), int(torch.randint(2, 8, (1,), generator=g))
     z, y = case(seed, n, m, 0.5 + 6 * seed, separable=seed % 2 == 1, dtype=dtype, probs=probs)
-    ours = adam_plateau_temperature(z, y, max_iterations=4000)
-    assert ours == plain_loop(z, y, 4000)
+    ours = adam_plateau_temperature(z, y, max_iterations=2000)  # a separable case stops by halvings before it
+    assert ours == plain_loop(z, y, 2000)
     assert isinstance(ours[0], float) and ours[1] >= 1
 
 
@@ -54,11 +54,11 @@ def test_labels_at_random_on_confident_logits_run_to_the_cap_and_a_separable_set
     """Confident logits with labels at random: the loss falls as T grows, for as long as the loop runs (the
     official flavour on a model that learnt nothing); a separable set: T falls until ten halvings stop it."""
     z, y = case(7, 120, 3, 8.0, separable=False, dtype=torch.float32, probs=True)
-    t, iterations = adam_plateau_temperature(z, y, max_iterations=6000)
-    assert (t, iterations) == plain_loop(z, y, 6000) and iterations == 6000 and t > 4
+    t, iterations = adam_plateau_temperature(z, y, max_iterations=3000)
+    assert (t, iterations) == plain_loop(z, y, 3000) and iterations == 3000 and t > 2.5
     z, y = case(7, 120, 3, 8.0, separable=True, dtype=torch.float32, probs=True)
     t, iterations = adam_plateau_temperature(z, y)
-    assert (t, iterations) == plain_loop(z, y, 100_000) and iterations < 6000 and t < 0.1
+    assert (t, iterations) == plain_loop(z, y, 100_000) and iterations < 3000 and t < 0.1
 
 
 def test_a_nan_loss_counts_as_no_improvement_as_the_scheduler_has_it(one_thread):
