@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .data.conftest import needs
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 #: the guides; docs/results/ holds the published reproductions (records, checked by tests/publish/)
@@ -364,6 +366,7 @@ def test_every_dotted_module_path_the_docs_name_imports():
     )
 
 
+@needs("crime")  # the block's smoke reproduction trains on crime: offline, from the mirror
 def test_the_readme_kcal_block_runs_as_printed(tmp_path):
     """``kcal --help``, ``kcal reproduce --help`` and the smoke reproduction of the README's block, as printed
     (``python -m kcal`` for the console script; the three in one interpreter, one after the other, as
