@@ -28,6 +28,7 @@ def test_an_unknown_pruner_is_one_line_naming_the_valid_ones():
     assert all(isinstance(make_pruner(n), optuna.pruners.BasePruner) for n in SETTINGS)
 
 
+@needs("crime")  # a study's fingerprint holds its data's digest
 def test_the_pruner_is_in_the_fingerprint_only_when_set():
     plain = shaping_config(common.compose_cfg("sweep", *CRIME))
     assert "sweep.pruner" not in plain  # studies made before pruners existed keep their fingerprints
