@@ -918,6 +918,5 @@ def test_claims_are_evaluated_once_per_content_and_a_changed_cell_is_evaluated_a
     assert [id(e) for e in again] == [id(e) for e in first] and again is not first
     changed = results.copy()
     changed.loc[0, "se"] = 0.5
-    assert C.results_digest(changed) != C.results_digest(results)
     fresh = C.evaluate_all(changed)
     assert fresh[0] is not first[0] and [e.claim.id for e in fresh] == [e.claim.id for e in first]

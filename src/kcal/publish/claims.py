@@ -29,7 +29,6 @@ does not carry the sentence by this rule.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,15 +36,16 @@ from functools import cache
 
 import pandas as pd
 
-from kcal.paper import RESULT_COLUMNS
 from kcal.publish import verdicts as V
 from kcal.publish.table_cells import (
     FLAVOURS,
     TABLES,
     by_key,
     cell_frame,
+    content_key,
     fmt,
     normalise_results,
+    remembered,
 )
 
 PAPER = "paper"
@@ -481,19 +481,6 @@ class Evaluated:
     margin: Margin | None = None
 
 
-EVALUATED_KEPT = 8
-"""How many evaluations :func:`evaluate_all` keeps: a report renders its claims in several places (the claims
-table, the answer, ``report.json``) from the same results, evaluated once."""
-_evaluated: dict[tuple, list[Evaluated]] = {}
-
-
-def results_digest(results: pd.DataFrame) -> str:
-    """A digest of a results frame's cells (its :data:`RESULT_COLUMNS`, in order): equal frames, equal digests."""
-    cells = results.reindex(columns=list(RESULT_COLUMNS))
-    hashed = pd.util.hash_pandas_object(cells.astype(str), index=False).to_numpy()
-    return hashlib.sha1(hashed.tobytes()).hexdigest()
-
-
 def evaluate_all(
     results: pd.DataFrame,
     flavours: Sequence[str] = FLAVOURS,
@@ -502,14 +489,11 @@ def evaluate_all(
     """Every claim under its paper reading and (after it) its stricter reading, on ``results`` (the published
     run), the ``replicates`` of the protocol (``{name: results}``, optional) and the paper's numbers.
 
-    The same results, flavours and replicates are evaluated once (the last :data:`EVALUATED_KEPT` are kept)."""
-    key = (results_digest(results), tuple(flavours),
-           tuple((name, results_digest(r)) for name, r in (replicates or {}).items()))  # fmt: skip
-    if key not in _evaluated:
-        if len(_evaluated) >= EVALUATED_KEPT:
-            _evaluated.pop(next(iter(_evaluated)))
-        _evaluated[key] = evaluated_claims(results, flavours, replicates)
-    return list(_evaluated[key])
+    The same results, flavours and replicates are evaluated once (:func:`kcal.publish.table_cells.remembered`): a
+    report renders its claims in several places (the claims table, the answer, ``report.json``)."""
+    key = ("claims", content_key(results), tuple(flavours),
+           tuple((name, content_key(r)) for name, r in (replicates or {}).items()))  # fmt: skip
+    return remembered(key, lambda: evaluated_claims(results, flavours, replicates))
 
 
 def evaluated_claims(

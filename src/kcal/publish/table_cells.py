@@ -345,8 +345,9 @@ def comparison_frame(results: pd.DataFrame, flavour: str) -> pd.DataFrame:
     return remembered(("comparison", content_key(results), flavour), compute)
 
 
-REMEMBERED: dict[tuple, pd.DataFrame] = {}
-"""The frames :func:`remembered` keeps, at most :data:`REMEMBER_AT_MOST` (the oldest go first)."""
+REMEMBERED: dict[tuple, pd.DataFrame | list] = {}
+"""The frames (and lists: :func:`kcal.publish.claims.evaluate_all`'s verdicts) :func:`remembered` keeps, at most
+:data:`REMEMBER_AT_MOST` (the oldest go first)."""
 REMEMBER_AT_MOST = 256
 
 
@@ -357,8 +358,8 @@ def content_key(frame: pd.DataFrame) -> tuple:
     return tuple(frame.columns), tuple(map(str, frame.dtypes)), tuple(rows)
 
 
-def remembered(key: tuple, compute) -> pd.DataFrame:
-    """A copy of the frame ``compute()`` gave for ``key`` (computed now if it is not kept)."""
+def remembered(key: tuple, compute):
+    """A copy of the frame (or list) ``compute()`` gave for ``key`` (computed now if it is not kept)."""
     if key not in REMEMBERED:
         if len(REMEMBERED) >= REMEMBER_AT_MOST:
             del REMEMBERED[next(iter(REMEMBERED))]
