@@ -346,8 +346,7 @@ def comparison_frame(results: pd.DataFrame, flavour: str) -> pd.DataFrame:
 
 
 REMEMBERED: dict[tuple, pd.DataFrame | list] = {}
-"""The frames (and lists: :func:`kcal.publish.claims.evaluate_all`'s verdicts) :func:`remembered` keeps, at most
-:data:`REMEMBER_AT_MOST` (the oldest go first)."""
+"""The frames and lists :func:`remembered` keeps, at most :data:`REMEMBER_AT_MOST` (the oldest go first)."""
 REMEMBER_AT_MOST = 256
 
 
